@@ -1,0 +1,33 @@
+# Third-party dependencies. Each is looked up in .deps/ first (filled by scripts/deps.sh for
+# machines without network), then on the system.
+set(FERRY_DEPS_DIR "${PROJECT_SOURCE_DIR}/.deps" CACHE PATH "Offline dependency bundle")
+list(PREPEND CMAKE_PREFIX_PATH "${FERRY_DEPS_DIR}")
+
+find_package(CUDAToolkit REQUIRED)
+find_package(Threads REQUIRED)
+
+function(ferry_find_header var header what)
+  find_path(${var} ${header} HINTS ${FERRY_DEPS_DIR}/include ${ARGN})
+  if(NOT ${var})
+    message(FATAL_ERROR "ferry needs ${what} (${header}); run scripts/deps.sh")
+  endif()
+endfunction()
+
+ferry_find_header(FERRY_CLI11_INCLUDE CLI/CLI.hpp "CLI11")
+ferry_find_header(FERRY_JSON_INCLUDE nlohmann/json.hpp "nlohmann/json")
+ferry_find_header(FERRY_XXHASH_INCLUDE xxhash.h "xxHash")
+ferry_find_header(FERRY_NVTX_INCLUDE nvtx3/nvToolsExt.h "NVTX 3" ${CUDAToolkit_INCLUDE_DIRS})
+
+# cufile.h: the toolkit's, else the nvidia-cufile wheel's (never linked: loaded at run time).
+execute_process(COMMAND python3 -c "import nvidia, os; print(';'.join(os.path.join(p, 'cu13', 'include') for p in nvidia.__path__))"
+                OUTPUT_VARIABLE FERRY_WHEEL_INCLUDE OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+ferry_find_header(FERRY_CUFILE_INCLUDE cufile.h "cufile.h (CUDA toolkit or pip nvidia-cufile)"
+                  ${CUDAToolkit_INCLUDE_DIRS} ${FERRY_WHEEL_INCLUDE})
+
+add_library(ferry_third_party INTERFACE)
+target_include_directories(ferry_third_party SYSTEM INTERFACE
+  ${FERRY_CLI11_INCLUDE} ${FERRY_JSON_INCLUDE} ${FERRY_XXHASH_INCLUDE})
+add_library(ferry_cufile_header INTERFACE)
+target_include_directories(ferry_cufile_header SYSTEM INTERFACE ${FERRY_CUFILE_INCLUDE})
+add_library(ferry_nvtx INTERFACE)
+target_include_directories(ferry_nvtx SYSTEM INTERFACE ${FERRY_NVTX_INCLUDE})

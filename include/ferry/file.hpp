@@ -1,0 +1,101 @@
+// ferry::file: parallel reads and writes between a file and any memory (pageable host, pinned
+// host, device, managed), through GPUDirect Storage, pipelined pinned staging buffers, or plain
+// parallel pread/pwrite. The kind of memory is detected, never passed in.
+//
+// The path a byte takes: file.cpp (this API) -> io/engine.cpp (split into tasks, choose the
+// path) -> backend/<path>/ (host, direct, staged, gds) -> the thread pool -> pread or cuFileRead
+// -> (staged) cudaMemcpyAsync from a pinned buffer to the GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/memory.hpp"
+#include "ferry/settings.hpp"
+#include "ferry/stats.hpp"
+
+namespace ferry {
+
+enum class open_mode {
+    read,        ///< existing file, read only
+    write,       ///< create or truncate, write only
+    read_write,  ///< existing file, or created empty, read and write
+    append_write ///< create if missing, keep contents, write only (writes take explicit offsets)
+};
+
+/// How a read of this file into GPU memory will be served, and why (see `ferry doctor`).
+struct path_plan {
+    io_path path;                      ///< for a large read into device memory
+    std::vector<std::string> reasons;  ///< each decision that led there, in plain words
+};
+
+namespace detail {
+class file_impl;
+}
+
+/// An open file. Move-only.
+///
+/// Thread safety: every member function may be called from many threads at once; requests run
+/// in parallel. Ownership: the memory passed to a request must stay valid until it completes
+/// (for futures and stream-ordered calls: until the future is ready / the stream passes it).
+/// Alignment: none required; O_DIRECT and cuFile alignment is handled inside.
+class file {
+public:
+    /// Opens `path`. Throws system_error (with errno and the path) when it cannot.
+    file(const std::string& path, open_mode mode = open_mode::read,
+         const settings& s = settings::global());
+    file(file&&) noexcept;
+    file& operator=(file&&) noexcept;
+    file(const file&) = delete;
+    file& operator=(const file&) = delete;
+    /// Closes, ignoring errors (call close() to see them). Waits for requests in flight.
+    ~file();
+
+    const std::string& path() const noexcept;
+    /// Current size in bytes (fstat).
+    std::uint64_t size() const;
+    const settings& config() const noexcept;
+
+    /// Reads exactly [offset, offset + n) into `dst`. Throws end_of_file_error if the file ends
+    /// first, system_error / cuda_error / cufile_error on failure. Returns n.
+    std::size_t read(void* dst, std::size_t n, std::uint64_t offset) const;
+    /// Reads up to n bytes, stopping at end of file; returns the count read (partial read).
+    std::size_t read_some(void* dst, std::size_t n, std::uint64_t offset) const;
+    /// Writes exactly n bytes from `src` at `offset`. Returns n.
+    std::size_t write(const void* src, std::size_t n, std::uint64_t offset) const;
+
+    /// The same, returning at once; the future holds n or the exception.
+    std::future<std::size_t> read_async(void* dst, std::size_t n, std::uint64_t offset) const;
+    std::future<std::size_t> write_async(const void* src, std::size_t n, std::uint64_t offset) const;
+
+    /// Stream-ordered: the read starts after the work queued on `s` before this call and work
+    /// queued on `s` after it starts only once the read completed, on every path (without GDS,
+    /// too). Returns at once. The future reports completion or the error; on error the bytes
+    /// of `dst` are unspecified, and the stream still proceeds.
+    std::future<std::size_t> read_async(void* dst, std::size_t n, std::uint64_t offset,
+                                        stream_t s) const;
+    std::future<std::size_t> write_async(const void* src, std::size_t n, std::uint64_t offset,
+                                         stream_t s) const;
+
+    /// fsync (data and metadata).
+    void sync() const;
+    /// Sets the size (ftruncate).
+    void truncate(std::uint64_t size) const;
+
+    /// The path a large read of this file into GPU memory takes, and why.
+    path_plan plan() const;
+    /// What this file moved, by path.
+    io_stats stats() const;
+
+    /// Closes now and reports errors. Further calls throw usage_error.
+    void close();
+
+private:
+    std::shared_ptr<detail::file_impl> impl_;
+};
+
+}  // namespace ferry

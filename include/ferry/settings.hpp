@@ -1,0 +1,85 @@
+// ferry's tunables: one value type, read once from FERRY_* environment variables, overridable in
+// code, passed explicitly. docs/settings.md documents every variable.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+/// GPUDirect Storage policy for transfers to and from GPU memory.
+enum class gds_mode {
+    auto_,  ///< cuFile only where it does real direct DMA (nvidia-fs or P2PDMA), else staged
+    on,     ///< cuFile whenever it opens, compatibility mode included; an error if it cannot
+    off,    ///< never cuFile
+};
+
+/// O_DIRECT policy for reads.
+enum class direct_io_mode {
+    auto_,  ///< O_DIRECT for a file whose data is mostly not in the page cache
+    on,     ///< O_DIRECT for every read the file system allows
+    off,    ///< buffered reads only
+};
+
+enum class log_level { error, warn, info, debug };
+
+/// All of ferry's settings. A value of 0 for a size or count means "derive from the machine".
+///
+/// Thread safety: a plain value; copy it freely.
+struct settings {
+    std::size_t threads = 0;                  ///< FERRY_THREADS: I/O worker threads
+    std::size_t task_size = 0;                ///< FERRY_TASK_SIZE: bytes per parallel task
+    std::size_t staging_buffer_size = 0;      ///< FERRY_STAGING_BUFFER_SIZE: bytes per pinned buffer
+    std::size_t staging_buffers = 2;          ///< FERRY_STAGING_BUFFERS: pinned buffers per worker (>= 2)
+    std::size_t staging_memory_limit = 0;     ///< FERRY_STAGING_MEMORY_LIMIT: cap on all pinned staging
+    gds_mode gds = gds_mode::auto_;           ///< FERRY_GDS
+    std::size_t gds_threshold = 1 << 20;      ///< FERRY_GDS_THRESHOLD: smaller requests skip cuFile
+    direct_io_mode direct_io = direct_io_mode::off;  ///< FERRY_DIRECT_IO
+    log_level log = log_level::warn;          ///< FERRY_LOG_LEVEL
+    std::string cufile_library = "libcufile.so.0";  ///< FERRY_CUFILE_LIBRARY: what dlopen loads
+
+    /// Settings from the FERRY_* environment variables over the defaults.
+    /// Throws settings_error naming the variable when a value does not parse.
+    static settings from_environment();
+
+    /// Settings from an explicit lookup (name -> value or nullopt); from_environment uses getenv.
+    template <class Lookup>
+    static settings from_lookup(Lookup&& lookup);
+
+    /// The process-wide settings: from_environment() on first use, or what set_global stored.
+    static const settings& global();
+    /// Replaces the process-wide settings (files opened later use them).
+    static void set_global(const settings& s);
+
+    /// Copies with every 0 ("derive") replaced by the value derived from this machine.
+    settings resolved() const;
+
+    /// Every variable from_environment reads, for the documentation check.
+    static std::vector<std::string_view> variable_names();
+};
+
+/// Parses one variable's value into `s`; throws settings_error naming `name` on a bad value,
+/// usage_error on an unknown name.
+void apply_setting(settings& s, std::string_view name, std::string_view value);
+
+template <class Lookup>
+settings settings::from_lookup(Lookup&& lookup) {
+    settings s;
+    for (std::string_view name : variable_names()) {
+        std::optional<std::string> value = lookup(name);
+        if (value) apply_setting(s, name, *value);
+    }
+    return s;
+}
+
+std::string_view to_string(gds_mode m);
+std::string_view to_string(direct_io_mode m);
+std::string_view to_string(log_level l);
+
+/// Parses "1048576", "64k", "8M", "1G", "2GiB" (binary units). Throws settings_error with `name`.
+std::size_t parse_size(std::string_view name, std::string_view text);
+
+}  // namespace ferry

@@ -1,0 +1,51 @@
+// Counters of what each I/O path moved, per file and per process, and why fallbacks happened.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace ferry {
+
+/// The route bytes took between a file and memory.
+enum class io_path {
+    gds,            ///< cuFile with direct DMA (nvidia-fs or P2PDMA)
+    cufile_compat,  ///< cuFile in its own compatibility mode (POSIX I/O plus copies inside cuFile)
+    staged,         ///< ferry's pipelined pinned buffers, buffered reads
+    staged_direct,  ///< ferry's pipelined pinned buffers, O_DIRECT reads
+    host,           ///< parallel pread/pwrite straight into host memory
+    direct,         ///< O_DIRECT reads into host memory
+    count_
+};
+
+inline constexpr int io_path_count = static_cast<int>(io_path::count_);
+
+/// "gds", "cufile-compat", "staged", "staged+direct", "host", "direct".
+std::string_view to_string(io_path p);
+
+struct path_counters {
+    std::uint64_t bytes = 0;
+    std::uint64_t requests = 0;
+    std::uint64_t nanoseconds = 0;  ///< summed request wall time (requests may overlap)
+};
+
+/// A snapshot of counters. Thread safety: a plain value.
+struct io_stats {
+    path_counters read[io_path_count];
+    path_counters write[io_path_count];
+    std::map<std::string, std::uint64_t> fallbacks;  ///< reason -> times
+
+    const path_counters& reads(io_path p) const { return read[static_cast<int>(p)]; }
+    const path_counters& writes(io_path p) const { return write[static_cast<int>(p)]; }
+    std::uint64_t bytes_read() const;
+    std::uint64_t bytes_written() const;
+    io_stats& operator+=(const io_stats& other);
+    io_stats operator-(const io_stats& earlier) const;  ///< counts between two snapshots
+};
+
+/// Counters of every file of this process since it started (or since reset_process_stats).
+io_stats process_stats();
+void reset_process_stats();
+
+}  // namespace ferry

@@ -1,0 +1,191 @@
+#include "cuda/cuda_runtime.hpp"
+
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+namespace ferry::detail {
+namespace {
+
+struct cuda_probe {
+    int devices = 0;
+    std::string reason;
+};
+
+const cuda_probe& probe() {
+    static const cuda_probe p = [] {
+        cuda_probe r;
+        int n = 0;
+        cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess) {
+            r.reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+            cudaGetLastError();
+        } else if (n == 0) {
+            r.reason = "no CUDA device found";
+        } else {
+            r.devices = n;
+        }
+        return r;
+    }();
+    return p;
+}
+
+}  // namespace
+
+bool cuda_available() { return probe().devices > 0; }
+
+void cuda_check(cudaError_t e, const char* what, const io_context& where) {
+    if (e == cudaSuccess) return;
+    cudaGetLastError();  // clear sticky-free errors so the next call starts clean
+    throw cuda_error(static_cast<int>(e), std::string(what) + ": " + cudaGetErrorString(e), where);
+}
+
+int device_of(const void* p) {
+    cudaPointerAttributes a{};
+    cuda_check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes");
+    return a.device;
+}
+
+void set_device(int device) {
+    thread_local int current = -1;
+    if (current == device) return;
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    current = device;
+}
+
+}  // namespace ferry::detail
+
+namespace ferry {
+
+int cuda_device_count() { return detail::probe().devices; }
+
+std::string cuda_unavailable_reason() { return detail::probe().reason; }
+
+std::string to_string(memory_kind k) {
+    switch (k) {
+        case memory_kind::host: return "host";
+        case memory_kind::pinned: return "pinned";
+        case memory_kind::device: return "device";
+        case memory_kind::managed: return "managed";
+    }
+    return "?";
+}
+
+memory_kind memory_kind_of(const void* p) {
+    if (!p || !detail::cuda_available()) return memory_kind::host;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return memory_kind::host;
+    }
+    switch (a.type) {
+        case cudaMemoryTypeDevice: return memory_kind::device;
+        case cudaMemoryTypeManaged: return memory_kind::managed;
+        case cudaMemoryTypeHost: return memory_kind::pinned;
+        default: return memory_kind::host;
+    }
+}
+
+// ---- device_buffer ----
+
+device_buffer::device_buffer(std::size_t size, int device) : size_(size), device_(device) {
+    if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot allocate GPU memory: " + cuda_unavailable_reason());
+    detail::set_device(device);
+    if (size) detail::cuda_check(cudaMalloc(&ptr_, size), "cudaMalloc");
+}
+device_buffer::device_buffer(device_buffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)), device_(o.device_) {}
+device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+        try { reset(); } catch (...) {}
+        ptr_ = std::exchange(o.ptr_, nullptr);
+        size_ = std::exchange(o.size_, 0);
+        device_ = o.device_;
+    }
+    return *this;
+}
+device_buffer::~device_buffer() {
+    // At process exit the runtime may be unloading already: ignore what cudaFree says.
+    if (ptr_) cudaFree(ptr_);
+}
+void device_buffer::reset() {
+    if (!ptr_) return;
+    void* p = std::exchange(ptr_, nullptr);
+    size_ = 0;
+    detail::cuda_check(cudaFree(p), "cudaFree");
+}
+
+// ---- pinned_buffer ----
+
+pinned_buffer::pinned_buffer(std::size_t size) : size_(size) {
+    if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot allocate pinned memory: " + cuda_unavailable_reason());
+    if (size) detail::cuda_check(cudaHostAlloc(&ptr_, size, cudaHostAllocPortable), "cudaHostAlloc");
+}
+pinned_buffer::pinned_buffer(pinned_buffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+        try { reset(); } catch (...) {}
+        ptr_ = std::exchange(o.ptr_, nullptr);
+        size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+}
+pinned_buffer::~pinned_buffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+}
+void pinned_buffer::reset() {
+    if (!ptr_) return;
+    void* p = std::exchange(ptr_, nullptr);
+    size_ = 0;
+    detail::cuda_check(cudaFreeHost(p), "cudaFreeHost");
+}
+
+// ---- copies ----
+
+void copy_memory(void* dst, const void* src, std::size_t n) {
+    if (n == 0) return;
+    bool gpu = memory_kind_of(dst) != memory_kind::host || memory_kind_of(src) != memory_kind::host;
+    if (!gpu) {
+        std::memcpy(dst, src, n);
+        return;
+    }
+    detail::cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+void fill_memory(void* dst, int byte, std::size_t n) {
+    if (n == 0) return;
+    memory_kind k = memory_kind_of(dst);
+    if (k == memory_kind::host || k == memory_kind::pinned) {
+        std::memset(dst, byte, n);
+        return;
+    }
+    detail::cuda_check(cudaMemset(dst, byte, n), "cudaMemset");
+    detail::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+// ---- stream ----
+
+stream::stream(int device) {
+    if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot create a stream: " + cuda_unavailable_reason());
+    detail::set_device(device);
+    cudaStream_t s = nullptr;
+    detail::cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    s_ = reinterpret_cast<stream_t>(s);
+}
+stream::stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+stream& stream::operator=(stream&& o) noexcept {
+    if (this != &o) {
+        if (s_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s_));
+        s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+}
+stream::~stream() {
+    if (s_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s_));
+}
+void stream::synchronize() const {
+    detail::cuda_check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(s_)), "cudaStreamSynchronize");
+}
+
+}  // namespace ferry

@@ -1,0 +1,51 @@
+// The one place ferry's exceptions get their messages.
+#include "ferry/error.hpp"
+
+#include <cstring>
+#include <string>
+
+namespace ferry {
+namespace {
+
+std::string describe(const io_context& w) {
+    if (w.path.empty()) return {};
+    std::string s = " (" + w.path;
+    if (w.length != 0 || w.offset != 0)
+        s += ", bytes [" + std::to_string(w.offset) + ", " + std::to_string(w.offset + w.length) + ")";
+    return s + ")";
+}
+
+}  // namespace
+
+settings_error::settings_error(std::string variable, std::string value, std::string reason)
+    : usage_error(variable + "=\"" + value + "\": " + reason), variable_(std::move(variable)) {}
+
+system_error::system_error(int code, std::string what_failed, io_context where)
+    : error(what_failed + ": " + std::strerror(code) + describe(where)),
+      code_(code),
+      where_(std::move(where)) {}
+
+end_of_file_error::end_of_file_error(io_context where, std::uint64_t file_size)
+    : error("unexpected end of file: " + where.path + " has " + std::to_string(file_size) +
+            " bytes, the request needs [" + std::to_string(where.offset) + ", " +
+            std::to_string(where.offset + where.length) + ")"),
+      where_(std::move(where)),
+      file_size_(file_size) {}
+
+cuda_error::cuda_error(int code, std::string what_failed, io_context where)
+    : error(what_failed + " (CUDA error " + std::to_string(code) + ")" + describe(where)),
+      code_(code),
+      where_(std::move(where)) {}
+
+cufile_error::cufile_error(int code, std::string what_failed, io_context where)
+    : error(what_failed + " (cuFile error " + std::to_string(code) + ")" + describe(where)),
+      code_(code),
+      where_(std::move(where)) {}
+
+format_error::format_error(std::string file, std::string field, std::string reason)
+    : error(file + ": " + field + ": " + reason),
+      file_(std::move(file)),
+      field_(std::move(field)),
+      reason_(std::move(reason)) {}
+
+}  // namespace ferry

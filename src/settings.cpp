@@ -1,0 +1,182 @@
+// Settings: parsing of FERRY_* variables, and the defaults derived from the machine.
+#include "ferry/settings.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "ferry/error.hpp"
+
+namespace ferry {
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+}
+
+std::size_t parse_count(std::string_view name, std::string_view text, std::size_t lo, std::size_t hi) {
+    std::string_view t = trim(text);
+    std::size_t v = 0;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || p != t.data() + t.size())
+        throw settings_error(std::string(name), std::string(text), "not a whole number");
+    if (v < lo || v > hi)
+        throw settings_error(std::string(name), std::string(text),
+                             "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return v;
+}
+
+std::mutex global_mutex;
+settings* global_settings = nullptr;
+
+constexpr std::string_view names[] = {
+    "FERRY_THREADS",         "FERRY_TASK_SIZE",          "FERRY_STAGING_BUFFER_SIZE",
+    "FERRY_STAGING_BUFFERS", "FERRY_STAGING_MEMORY_LIMIT", "FERRY_GDS",
+    "FERRY_GDS_THRESHOLD",   "FERRY_DIRECT_IO",          "FERRY_LOG_LEVEL",
+    "FERRY_CUFILE_LIBRARY",
+};
+
+}  // namespace
+
+std::size_t parse_size(std::string_view name, std::string_view text) {
+    std::string_view t = trim(text);
+    std::size_t digits = 0;
+    while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+    if (digits == 0) throw settings_error(std::string(name), std::string(text), "not a size (e.g. 8M, 1G, 65536)");
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + digits, v);
+    if (ec != std::errc()) throw settings_error(std::string(name), std::string(text), "number too large");
+    std::string unit = lower(trim(t.substr(digits)));
+    int shift = 0;
+    if (unit.empty() || unit == "b") shift = 0;
+    else if (unit == "k" || unit == "kb" || unit == "kib") shift = 10;
+    else if (unit == "m" || unit == "mb" || unit == "mib") shift = 20;
+    else if (unit == "g" || unit == "gb" || unit == "gib") shift = 30;
+    else if (unit == "t" || unit == "tb" || unit == "tib") shift = 40;
+    else throw settings_error(std::string(name), std::string(text), "unknown unit (use K, M, G or T)");
+    if (shift && v > (UINT64_MAX >> shift)) throw settings_error(std::string(name), std::string(text), "size too large");
+    return static_cast<std::size_t>(v << shift);
+}
+
+void apply_setting(settings& s, std::string_view name, std::string_view value) {
+    std::string v = lower(trim(value));
+    auto bad = [&](const char* why) { throw settings_error(std::string(name), std::string(value), why); };
+    if (name == "FERRY_THREADS") {
+        s.threads = parse_count(name, value, 0, 1024);
+    } else if (name == "FERRY_TASK_SIZE") {
+        s.task_size = parse_size(name, value);
+        if (s.task_size != 0 && s.task_size < 4096) bad("must be 0 (derive) or at least 4096 bytes");
+    } else if (name == "FERRY_STAGING_BUFFER_SIZE") {
+        s.staging_buffer_size = parse_size(name, value);
+        if (s.staging_buffer_size != 0 && (s.staging_buffer_size < 65536 || s.staging_buffer_size % 4096))
+            bad("must be 0 (derive) or a multiple of 4096 of at least 64K");
+    } else if (name == "FERRY_STAGING_BUFFERS") {
+        s.staging_buffers = parse_count(name, value, 2, 64);
+    } else if (name == "FERRY_STAGING_MEMORY_LIMIT") {
+        s.staging_memory_limit = parse_size(name, value);
+        if (s.staging_memory_limit != 0 && s.staging_memory_limit < (1u << 20)) bad("must be 0 (derive) or at least 1M");
+    } else if (name == "FERRY_GDS") {
+        if (v == "auto") s.gds = gds_mode::auto_;
+        else if (v == "on" || v == "1" || v == "true") s.gds = gds_mode::on;
+        else if (v == "off" || v == "0" || v == "false") s.gds = gds_mode::off;
+        else bad("must be auto, on or off");
+    } else if (name == "FERRY_GDS_THRESHOLD") {
+        s.gds_threshold = parse_size(name, value);
+    } else if (name == "FERRY_DIRECT_IO") {
+        if (v == "auto") s.direct_io = direct_io_mode::auto_;
+        else if (v == "on" || v == "1" || v == "true") s.direct_io = direct_io_mode::on;
+        else if (v == "off" || v == "0" || v == "false") s.direct_io = direct_io_mode::off;
+        else bad("must be auto, on or off");
+    } else if (name == "FERRY_LOG_LEVEL") {
+        if (v == "error") s.log = log_level::error;
+        else if (v == "warn" || v == "warning") s.log = log_level::warn;
+        else if (v == "info") s.log = log_level::info;
+        else if (v == "debug") s.log = log_level::debug;
+        else bad("must be error, warn, info or debug");
+    } else if (name == "FERRY_CUFILE_LIBRARY") {
+        if (trim(value).empty()) bad("must name a library");
+        s.cufile_library = std::string(trim(value));
+    } else {
+        throw usage_error("unknown setting " + std::string(name));
+    }
+}
+
+settings settings::from_environment() {
+    return from_lookup([](std::string_view name) -> std::optional<std::string> {
+        const char* v = std::getenv(std::string(name).c_str());
+        if (!v) return std::nullopt;
+        return std::string(v);
+    });
+}
+
+const settings& settings::global() {
+    std::lock_guard lock(global_mutex);
+    if (!global_settings) global_settings = new settings(from_environment());  // lives to exit
+    return *global_settings;
+}
+
+void settings::set_global(const settings& s) {
+    std::lock_guard lock(global_mutex);
+    if (!global_settings) global_settings = new settings(s);
+    else *global_settings = s;
+}
+
+std::vector<std::string_view> settings::variable_names() {
+    return {std::begin(names), std::end(names)};
+}
+
+settings settings::resolved() const {
+    settings r = *this;
+    // I/O threads: a request is served by both disk and PCIe, and page-cache reads scale to ~16
+    // threads on our measurements (FACTS.md), so use the cores up to 16, and never fewer than 4
+    // so that small machines still overlap reads with copies.
+    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    if (r.threads == 0) r.threads = std::clamp<std::size_t>(hw, 4, 16);
+    if (r.staging_buffer_size == 0) r.staging_buffer_size = 8u << 20;
+    if (r.task_size == 0) r.task_size = 4 * r.staging_buffer_size;
+    if (r.staging_memory_limit == 0) r.staging_memory_limit = 1ull << 30;
+    return r;
+}
+
+std::string_view to_string(gds_mode m) {
+    switch (m) {
+        case gds_mode::auto_: return "auto";
+        case gds_mode::on: return "on";
+        case gds_mode::off: return "off";
+    }
+    return "?";
+}
+
+std::string_view to_string(direct_io_mode m) {
+    switch (m) {
+        case direct_io_mode::auto_: return "auto";
+        case direct_io_mode::on: return "on";
+        case direct_io_mode::off: return "off";
+    }
+    return "?";
+}
+
+std::string_view to_string(log_level l) {
+    switch (l) {
+        case log_level::error: return "error";
+        case log_level::warn: return "warn";
+        case log_level::info: return "info";
+        case log_level::debug: return "debug";
+    }
+    return "?";
+}
+
+}  // namespace ferry

@@ -1,0 +1,105 @@
+#include "ferry/stats.hpp"
+
+#include "stats_counter.hpp"
+
+namespace ferry {
+
+std::string_view to_string(io_path p) {
+    switch (p) {
+        case io_path::gds: return "gds";
+        case io_path::cufile_compat: return "cufile-compat";
+        case io_path::staged: return "staged";
+        case io_path::staged_direct: return "staged+direct";
+        case io_path::host: return "host";
+        case io_path::direct: return "direct";
+        case io_path::count_: break;
+    }
+    return "?";
+}
+
+std::uint64_t io_stats::bytes_read() const {
+    std::uint64_t n = 0;
+    for (const auto& c : read) n += c.bytes;
+    return n;
+}
+
+std::uint64_t io_stats::bytes_written() const {
+    std::uint64_t n = 0;
+    for (const auto& c : write) n += c.bytes;
+    return n;
+}
+
+io_stats& io_stats::operator+=(const io_stats& o) {
+    for (int i = 0; i < io_path_count; ++i) {
+        read[i].bytes += o.read[i].bytes;
+        read[i].requests += o.read[i].requests;
+        read[i].nanoseconds += o.read[i].nanoseconds;
+        write[i].bytes += o.write[i].bytes;
+        write[i].requests += o.write[i].requests;
+        write[i].nanoseconds += o.write[i].nanoseconds;
+    }
+    for (const auto& [k, v] : o.fallbacks) fallbacks[k] += v;
+    return *this;
+}
+
+io_stats io_stats::operator-(const io_stats& e) const {
+    io_stats d = *this;
+    for (int i = 0; i < io_path_count; ++i) {
+        d.read[i].bytes -= e.read[i].bytes;
+        d.read[i].requests -= e.read[i].requests;
+        d.read[i].nanoseconds -= e.read[i].nanoseconds;
+        d.write[i].bytes -= e.write[i].bytes;
+        d.write[i].requests -= e.write[i].requests;
+        d.write[i].nanoseconds -= e.write[i].nanoseconds;
+    }
+    for (const auto& [k, v] : e.fallbacks) {
+        auto it = d.fallbacks.find(k);
+        if (it == d.fallbacks.end()) continue;
+        it->second -= v;
+        if (it->second == 0) d.fallbacks.erase(it);
+    }
+    return d;
+}
+
+io_stats process_stats() { return detail::process_counter().snapshot(); }
+void reset_process_stats() { detail::process_counter().reset(); }
+
+namespace detail {
+
+void stats_counter::add(bool is_write, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests) {
+    cell& c = cells_[is_write ? 1 : 0][static_cast<int>(p)];
+    c.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    c.requests.fetch_add(requests, std::memory_order_relaxed);
+    c.ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+bool stats_counter::add_fallback(const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    return fallbacks_[reason]++ == 0;
+}
+
+io_stats stats_counter::snapshot() const {
+    io_stats s;
+    for (int i = 0; i < io_path_count; ++i) {
+        s.read[i] = {cells_[0][i].bytes.load(), cells_[0][i].requests.load(), cells_[0][i].ns.load()};
+        s.write[i] = {cells_[1][i].bytes.load(), cells_[1][i].requests.load(), cells_[1][i].ns.load()};
+    }
+    std::lock_guard lock(mutex_);
+    s.fallbacks = fallbacks_;
+    return s;
+}
+
+void stats_counter::reset() {
+    for (auto& row : cells_)
+        for (auto& c : row) c.bytes = c.requests = c.ns = 0;
+    std::lock_guard lock(mutex_);
+    fallbacks_.clear();
+}
+
+stats_counter& process_counter() {
+    static stats_counter* c = new stats_counter;  // outlives every file, even at exit
+    return *c;
+}
+
+}  // namespace detail
+}  // namespace ferry

@@ -1,0 +1,192 @@
+// The backend conformance suite: the same read / write / short-read / EOF / unaligned /
+// concurrent checks against every I/O path and every kind of memory.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <thread>
+
+#include "ferry/ferry.hpp"
+#include "shim/cufile.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using ferry::io_path;
+using ferry::memory_kind;
+
+struct path_case {
+    const char* name;
+    memory_kind memory;
+    ferry::gds_mode gds;
+    ferry::direct_io_mode direct;
+    io_path expected;
+};
+
+const path_case cases[] = {
+    {"host_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host},
+    {"host_pinned", memory_kind::pinned, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host},
+    {"direct_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::on, io_path::direct},
+    {"staged_device", memory_kind::device, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::staged},
+    {"staged_managed", memory_kind::managed, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::staged},
+    {"staged_direct_device", memory_kind::device, ferry::gds_mode::off, ferry::direct_io_mode::on,
+     io_path::staged_direct},
+    {"cufile_device", memory_kind::device, ferry::gds_mode::on, ferry::direct_io_mode::off, io_path::cufile_compat},
+};
+
+// Memory of one kind, with a view that can be filled and checked from the host.
+class buffer {
+public:
+    buffer(memory_kind k, std::size_t n) : kind_(k), n_(n) {
+        switch (k) {
+            case memory_kind::host: host_.resize(n + 64); break;
+            case memory_kind::pinned: pinned_ = ferry::pinned_buffer(n + 64); break;
+            case memory_kind::device: device_ = ferry::device_buffer(n + 64); break;
+            case memory_kind::managed:
+                if (cudaMallocManaged(&managed_, n + 64) != cudaSuccess) throw std::runtime_error("cudaMallocManaged");
+                break;
+        }
+    }
+    ~buffer() {
+        if (managed_) cudaFree(managed_);
+    }
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    char* base() {
+        switch (kind_) {
+            case memory_kind::host: return reinterpret_cast<char*>(host_.data());
+            case memory_kind::pinned: return static_cast<char*>(pinned_.data());
+            case memory_kind::managed: return static_cast<char*>(managed_);
+            default: return static_cast<char*>(device_.data());
+        }
+    }
+    std::vector<std::uint8_t> to_host(std::size_t at, std::size_t n) {
+        std::vector<std::uint8_t> v(n);
+        ferry::copy_memory(v.data(), base() + at, n);
+        return v;
+    }
+    void from_host(std::size_t at, const std::vector<std::uint8_t>& v) {
+        ferry::copy_memory(base() + at, v.data(), v.size());
+    }
+
+private:
+    memory_kind kind_;
+    std::size_t n_;
+    std::vector<std::uint8_t> host_;
+    ferry::pinned_buffer pinned_;
+    ferry::device_buffer device_;
+    void* managed_ = nullptr;
+};
+
+class conformance : public ::testing::TestWithParam<path_case> {
+protected:
+    void SetUp() override {
+        const path_case& c = GetParam();
+        if (c.memory != memory_kind::host) FERRY_REQUIRE_GPU();
+        s_.gds = c.gds;
+        s_.direct_io = c.direct;
+        s_.threads = 4;
+        s_.staging_buffer_size = 1 << 20;
+        s_.task_size = 2 << 20;
+        s_.gds_threshold = 0;
+        if (c.gds == ferry::gds_mode::on) {
+            const auto& cf = ferry::shim::cufile(s_.cufile_library);
+            if (!cf.usable()) GTEST_SKIP() << "cuFile unusable here: " << (cf.loaded ? "driver open failed" : cf.load_error);
+        }
+        path_ = dir_ / "data.bin";
+        ferry::test::write_pattern_file(path_, file_size);
+    }
+
+    static constexpr std::size_t file_size = 24u << 20;
+    ferry::test::temp_dir dir_;
+    std::string path_;
+    ferry::settings s_;
+};
+
+TEST_P(conformance, reads_every_offset_length_and_alignment) {
+    const path_case& c = GetParam();
+    ferry::file f(path_, ferry::open_mode::read, s_);
+    const std::uint64_t offsets[] = {0, 1, 511, 4095, 4096, (3u << 20) + 5};
+    const std::size_t lengths[] = {0, 1, 4097, (3u << 20) + 7, 17u << 20};
+    const std::size_t misalign[] = {0, 1, 3};
+    buffer buf(c.memory, 20u << 20);
+    for (auto off : offsets)
+        for (auto len : lengths)
+            for (auto mis : misalign) {
+                if (off + len > file_size) continue;
+                SCOPED_TRACE("offset " + std::to_string(off) + " length " + std::to_string(len) + " misalign " +
+                             std::to_string(mis));
+                ASSERT_EQ(f.read(buf.base() + mis, len, off), len);
+                ASSERT_EQ(buf.to_host(mis, len), ferry::test::pattern(len, off));
+            }
+    EXPECT_GT(f.stats().reads(c.expected).bytes, 0u) << "expected path " << ferry::to_string(c.expected);
+}
+
+TEST_P(conformance, reading_past_the_end_is_an_error) {
+    const path_case& c = GetParam();
+    ferry::file f(path_, ferry::open_mode::read, s_);
+    buffer buf(c.memory, 2u << 20);
+    EXPECT_THROW(f.read(buf.base(), 2u << 20, file_size - 100), ferry::end_of_file_error);
+    EXPECT_THROW(f.read(buf.base(), 1, file_size), ferry::end_of_file_error);
+    EXPECT_THROW(f.read_async(buf.base(), 1, file_size + 10).get(), ferry::end_of_file_error);
+}
+
+TEST_P(conformance, read_some_stops_at_the_end) {
+    const path_case& c = GetParam();
+    ferry::file f(path_, ferry::open_mode::read, s_);
+    buffer buf(c.memory, 3u << 20);
+    std::uint64_t off = file_size - (1u << 20) - 3;
+    EXPECT_EQ(f.read_some(buf.base(), 3u << 20, off), (1u << 20) + 3);
+    EXPECT_EQ(buf.to_host(0, (1u << 20) + 3), ferry::test::pattern((1u << 20) + 3, off));
+    EXPECT_EQ(f.read_some(buf.base(), 10, file_size), 0u);
+}
+
+TEST_P(conformance, writes_land_byte_exact) {
+    const path_case& c = GetParam();
+    std::string out = dir_ / "out.bin";
+    const std::size_t n = (5u << 20) + 333;
+    buffer buf(c.memory, n + 8);
+    auto data = ferry::test::pattern(n, 0, 7);
+    buf.from_host(3, data);
+    {
+        ferry::file f(out, ferry::open_mode::write, s_);
+        EXPECT_EQ(f.write(buf.base() + 3, n, 4095), n);
+        EXPECT_EQ(f.write_async(buf.base() + 3, 10, 0).get(), 10u);
+        f.close();
+    }
+    auto back = ferry::test::read_whole(out);
+    ASSERT_EQ(back.size(), n + 4095);
+    EXPECT_TRUE(std::equal(data.begin(), data.begin() + 10, back.begin()));
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin() + 4095));
+}
+
+TEST_P(conformance, concurrent_readers_of_one_file) {
+    const path_case& c = GetParam();
+    ferry::file f(path_, ferry::open_mode::read, s_);
+    constexpr int readers = 8;
+    const std::size_t each = file_size / readers;
+    buffer buf(c.memory, file_size);
+    std::vector<std::thread> threads;
+    std::vector<std::future<std::size_t>> futures;
+    for (int i = 0; i < readers; ++i)
+        threads.emplace_back([&, i] { f.read(buf.base() + i * each, each, i * each); });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(buf.to_host(0, file_size), ferry::test::pattern(file_size));
+}
+
+TEST_P(conformance, async_reads_complete_independently) {
+    const path_case& c = GetParam();
+    ferry::file f(path_, ferry::open_mode::read, s_);
+    buffer buf(c.memory, file_size);
+    std::vector<std::future<std::size_t>> futures;
+    for (std::size_t off = 0; off < file_size; off += 3u << 20) {
+        std::size_t len = std::min<std::size_t>(3u << 20, file_size - off);
+        futures.push_back(f.read_async(buf.base() + off, len, off));
+    }
+    for (auto& fu : futures) fu.get();
+    EXPECT_EQ(buf.to_host(0, file_size), ferry::test::pattern(file_size));
+}
+
+INSTANTIATE_TEST_SUITE_P(paths, conformance, ::testing::ValuesIn(cases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace

@@ -1,0 +1,19 @@
+// The ferry command line: each subcommand lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace ferry::cli {
+
+/// Exit statuses: 0 success, 1 invalid or unreadable input, 2 usage error.
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_input = 1;
+inline constexpr int exit_usage = 2;
+
+void add_load_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_doctor_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+
+}  // namespace ferry::cli

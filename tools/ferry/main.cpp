@@ -1,0 +1,34 @@
+// ferry: move arrays between files and GPU memory. See `ferry --help`.
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "ferry/error.hpp"
+#include "ferry/version.hpp"
+
+int main(int argc, char** argv) {
+    CLI::App app{"ferry: move arrays between files and GPU memory, fast", "ferry"};
+    app.set_version_flag("--version", ferry::version());
+    app.require_subcommand(1);
+    ferry::cli::add_load_command(app);
+    ferry::cli::add_bench_command(app);
+    ferry::cli::add_doctor_command(app);
+    ferry::cli::add_info_command(app);
+    ferry::cli::add_convert_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        int rc = app.exit(e);
+        return rc == 0 ? ferry::cli::exit_ok : ferry::cli::exit_usage;
+    } catch (const ferry::usage_error& e) {
+        std::fprintf(stderr, "ferry: %s\n", e.what());
+        return ferry::cli::exit_usage;
+    } catch (const ferry::error& e) {
+        std::fprintf(stderr, "ferry: %s\n", e.what());
+        return ferry::cli::exit_input;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ferry: %s\n", e.what());
+        return ferry::cli::exit_input;
+    }
+    return ferry::cli::exit_ok;
+}
