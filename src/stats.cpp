@@ -62,6 +62,21 @@ io_stats io_stats::operator-(const io_stats& e) const {
 }
 
 io_stats process_stats() { return detail::process_counter().snapshot(); }
+
+namespace detail {
+std::atomic<std::uint64_t> staging_in_use{0};
+std::atomic<std::uint64_t> staging_peak{0};
+
+void note_staging(std::int64_t delta) {
+    std::uint64_t now = staging_in_use.fetch_add(static_cast<std::uint64_t>(delta)) + static_cast<std::uint64_t>(delta);
+    std::uint64_t peak = staging_peak.load();
+    while (now > peak && !staging_peak.compare_exchange_weak(peak, now)) {
+    }
+}
+}  // namespace detail
+
+std::uint64_t staging_memory_in_use() { return detail::staging_in_use.load(); }
+std::uint64_t staging_memory_peak() { return detail::staging_peak.load(); }
 void reset_process_stats() { detail::process_counter().reset(); }
 
 namespace detail {

@@ -29,6 +29,9 @@ private:
     std::map<std::string, std::uint64_t> fallbacks_;
 };
 
+/// Records pinned staging memory allocated (+) or freed (-).
+void note_staging(std::int64_t delta);
+
 /// The process-wide counters.
 stats_counter& process_counter();
 

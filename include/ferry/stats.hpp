@@ -48,4 +48,9 @@ struct io_stats {
 io_stats process_stats();
 void reset_process_stats();
 
+/// Pinned staging memory allocated now, and the most allocated at once since the process
+/// started; bounded by FERRY_STAGING_MEMORY_LIMIT for each set of settings in use.
+std::uint64_t staging_memory_in_use();
+std::uint64_t staging_memory_peak();
+
 }  // namespace ferry

@@ -1,6 +1,7 @@
 #include "io/engine.hpp"
 
 #include <mutex>
+#include <thread>
 #include <tuple>
 
 namespace ferry::detail {
@@ -20,7 +21,12 @@ std::shared_ptr<engine> engine::shared(const settings& r) {
     std::lock_guard lock(m);
     if (!last->second || last->first != k) {
         last->second.reset();  // free the previous engine's pinned memory first, if unused
-        last->second = std::make_shared<engine>(r);
+        // The last owner of an engine can be a request finishing on one of the engine's own
+        // workers, which cannot join itself: let another thread tear it down then.
+        last->second = std::shared_ptr<engine>(new engine(r), [](engine* e) {
+            if (thread_pool::worker_index() >= 0) std::thread([e] { delete e; }).detach();
+            else delete e;
+        });
         last->first = k;
     }
     return last->second;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace ferry::shim {
@@ -125,8 +126,24 @@ bool cufile_state::direct_dma() const {
     return usable() && nvfs_present();
 }
 
+// cuFile prints its complaints (a bad cufile.json, a missing module) on standard output,
+// where they would corrupt a program's own output (ferry doctor --json): while it loads and
+// opens, standard output goes to standard error.
+cufile_state load_quietly(const std::string& library) {
+    std::fflush(stdout);
+    int saved = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    if (saved >= 0) ::dup2(2, 1);
+    cufile_state s = load(library);
+    std::fflush(stdout);
+    if (saved >= 0) {
+        ::dup2(saved, 1);
+        ::close(saved);
+    }
+    return s;
+}
+
 const cufile_state& cufile(const std::string& library) {
-    static const cufile_state s = load(library);
+    static const cufile_state s = load_quietly(library);
     return s;
 }
 

@@ -1,7 +1,5 @@
 #include "shim/sys.hpp"
 
-#ifdef FERRY_FAULT_INJECTION
 namespace ferry::sys {
-fault_hook hook = nullptr;
+std::atomic<fault_hook> hook{nullptr};
 }
-#endif

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
     ferry::cli::add_convert_command(app);
     try {
         app.parse(argc, argv);
+    } catch (const CLI::RuntimeError& e) {
+        return e.get_exit_code();  // a subcommand's own status (e.g. doctor --require-gds)
     } catch (const CLI::ParseError& e) {
         int rc = app.exit(e);
         return rc == 0 ? ferry::cli::exit_ok : ferry::cli::exit_usage;

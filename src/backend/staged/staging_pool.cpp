@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cuda/cuda_runtime.hpp"
+#include "stats_counter.hpp"
 
 namespace ferry::detail {
 
@@ -44,6 +45,7 @@ staging_pool::~staging_pool() {
             cudaStreamDestroy(q.stream);
         }
     if (!memory_) return;
+    note_staging(-static_cast<std::int64_t>(allocated_));
     if (pinned_) cudaFreeHost(memory_);
     else std::free(memory_);
 }
@@ -61,6 +63,7 @@ void staging_pool::allocate() {
         memory_ = static_cast<char*>(p);
     }
     allocated_ = total;
+    note_staging(static_cast<std::int64_t>(total));
     char* at = memory_;
     for (auto& s : slots_) {
         s.buffers.resize(buffers_);
