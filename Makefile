@@ -1,0 +1,56 @@
+# ferry: the commands the README gives. Each installs what it needs first (scripts/deps.sh).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+PYTHON ?= python3
+
+.PHONY: all deps configure build test test-cpp test-python demo bench gpu-check sanitize fuzz install clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Every test: the C++ suite (GoogleTest under CTest) and the Python package's tests.
+test: build
+	@$(MAKE) --no-print-directory test-cpp test-python
+
+test-cpp:
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-python:
+	@scripts/test-python.sh $(BUILD)
+
+# The main job on built-in sample data: on the GPU when there is one, else in host memory.
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+# The performance harness on a generated file (SIZE=8G for the figures in docs/benchmarks.md).
+SIZE ?= 1G
+bench: build
+	@$(BUILD)/tools/ferry bench --size $(SIZE)
+
+# On a GPU machine (no network needed once `scripts/deps.sh --bundle` filled .deps/).
+gpu-check:
+	@scripts/gpu-check.sh all
+
+# The host test suite under ASan+UBSan, the concurrency tests under TSan (scripts/sanitize.sh).
+sanitize: deps
+	@scripts/sanitize.sh
+
+# Each libFuzzer target for FUZZ_SECONDS (default 60) under ASan+UBSan (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+install: build
+	@cmake --install $(BUILD)
+
+clean:
+	@rm -rf $(BUILD)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what building and testing ferry needs, where it is missing:
+#   scripts/deps.sh           install missing packages (apt, pip)
+#   scripts/deps.sh --bundle  also copy the header-only libraries and GoogleTest's source into
+#                             .deps/, so the tree builds on a machine without network
+# The CUDA toolkit (nvcc) is expected to be installed already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have_header() { echo "#include <$1>" | ${CXX:-c++} -std=c++20 -I.deps/include -x c++ -E - >/dev/null 2>&1; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v c++ >/dev/null || missing+=(g++)
+have_header CLI/CLI.hpp || missing+=(libcli11-dev)
+have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
+have_header xxhash.h || missing+=(libxxhash-dev)
+have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# cufile.h: from the CUDA toolkit when it has one, else from the nvidia-cufile wheel.
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/..
+if ! ls "$nvcc_dir"/targets/*/include/cufile.h "$nvcc_dir"/include/cufile.h >/dev/null 2>&1 &&
+   ! python3 -c "import nvidia, os, sys; sys.exit(0 if any(os.path.exists(os.path.join(p,'cu13','include','cufile.h')) for p in nvidia.__path__) else 1)" 2>/dev/null; then
+  echo "deps: installing nvidia-cufile (for cufile.h)"
+  python3 -m pip install -q nvidia-cufile
+fi
+
+# Python: nanobind builds the extension; numpy and safetensors are the reference implementations
+# the tests compare with.
+python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+
+if [ "${1:-}" = "--bundle" ]; then
+  find_include() {  # the system include directory that holds $1
+    for d in /usr/local/include /usr/include; do [ -e "$d/$1" ] && { echo "$d/$1"; return; }; done
+    echo "deps: $1 not found" >&2; exit 1
+  }
+  mkdir -p .deps/include
+  rm -rf .deps/include/CLI .deps/include/nlohmann .deps/googletest
+  cp -r "$(find_include CLI)" "$(find_include nlohmann)" "$(find_include xxhash.h)" .deps/include/
+  cp -r /usr/src/googletest .deps/googletest
+  echo "deps: bundle in .deps/ ($(du -sh .deps | cut -f1))"
+fi

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds ferry, runs every test and measures it on a GPU machine, in one go, and ends with a
+# short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
+# without network (scripts/deps.sh --bundle).
+#   scripts/gpu-check.sh [all|test|bench] [bench size, default 8G]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+size=${2:-8G}
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+build=build-gpu
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+echo "== machine"; nvidia-smi -L; nproc; free -g | head -2; uname -r
+nvcc --version | tail -1
+
+t0=$(date +%s)
+cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
+  || { tail -30 "$out/configure.log"; exit 1; }
+ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+note "build: $(( $(date +%s) - t0 )) s"
+ferry=$build/tools/ferry
+
+# Work on the root file system (ext4 on the virtio disk), not tmpfs.
+export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
+
+# cuFile needs the udev properties of the disk to register a file; this machine has no udev
+# database. Test harness only: describe the disk the way udev would, so that cuFile's
+# compatibility mode can be exercised. (Never done by ferry itself.)
+udev_fix() {
+  local dev; dev=$(python3 -c "import os,sys; s=os.stat(sys.argv[1]).st_dev; print(f'{os.major(s)}:{os.minor(s)}')" "$TMPDIR")
+  mkdir -p /run/udev/data
+  printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n' >/run/udev/data/b$dev
+  echo "udev data written for block device $dev"
+}
+
+if [ "$what" = all ] || [ "$what" = test ]; then
+  $ferry doctor "$TMPDIR" >"$out/doctor-before.txt" 2>&1; echo "doctor rc $?" >>"$out/doctor-before.txt"
+  udev_fix
+  (cd $build && ctest --output-on-failure -j4 --timeout 600) >"$out/ctest.log" 2>&1
+  rc=$?
+  note "ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+  note "ctest skipped: $(grep -c '(Skipped)' "$out/ctest.log" || true)"
+  grep -E '\(Skipped\)|\*\*\*Failed|Failed  ' "$out/ctest.log" | head -20
+  grep -B2 -A12 '\*\*\*Failed' "$out/ctest.log" | grep -E 'Failure|error|Expected|Which is|\.cpp:' | head -30
+  if [ -d python/tests ]; then
+    PYTHONUNBUFFERED=1 scripts/test-python.sh $build -rs >"$out/pytest.log" 2>&1
+    note "pytest: rc $?, $(tail -1 "$out/pytest.log")"
+    grep -E "SKIPPED|FAILED|Error" "$out/pytest.log" | head -20
+  fi
+fi
+
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  udev_fix >/dev/null
+  f=$TMPDIR/bench.bin
+  python3 - "$f" "$size" <<'PY'
+import os, sys
+path, size = sys.argv[1], sys.argv[2]
+n = int(size[:-1]) << {"G": 30, "M": 20}[size[-1]]
+block = os.urandom(64 << 20)
+with open(path, "wb") as fh:
+    for off in range(0, n, len(block)):
+        fh.write(block[: min(len(block), n - off)])
+PY
+  note "bench file: $f ($size)"
+  $ferry bench "$f" ${BENCH_SWEEP:---threads 8,16 --task-size 16M,32M,64M --paths staged,staged+direct,cufile} \
+    --repeat 3 --write | tee "$out/bench-hot.txt"
+  $ferry bench "$f" --threads 16 --paths staged --repeat 3 --json >"$out/bench-hot.json" 2>/dev/null
+  $ferry bench "$f" --threads 16 --paths staged,staged+direct --repeat 2 --cold | tee "$out/bench-cold.txt"
+  rm -f "$f"
+  $build/bench/ferry_kernel_bandwidth 2048 | tee "$out/kernels.txt"
+  python3 bench/formats_bench.py $ferry $TMPDIR/formats 4 --json "$out/formats.json" | tee "$out/formats.txt"
+  if [ -f python/bench/bench_python.py ]; then
+    ext=$(find $build/python -name '_ferry*.so' | head -1)
+    PYTHONPATH=$(dirname "$(dirname "$ext")") python3 python/bench/bench_python.py $TMPDIR/py 2>&1 | tee "$out/python-bench.txt"
+  fi
+fi
+
+echo; echo "== summary"; printf '%s\n' "${summary[@]}"

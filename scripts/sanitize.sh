@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The host test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the thread-pool
+# and concurrency tests under ThreadSanitizer; fails on any report. Tests that need a GPU skip
+# (on a GPU machine they run too).
+#
+#   scripts/sanitize.sh            both (ASan+UBSan in build-asan, TSan in build-tsan)
+#   scripts/sanitize.sh asan|tsan  one of them
+#   JOBS=2 SANITIZE_CXX=g++ ASAN_BUILD=... TSAN_BUILD=...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${JOBS:-2}
+cxx=${SANITIZE_CXX:-g++}
+what=${1:-all}
+
+# The tests that exercise threads: the pool, every I/O path's concurrent conformance tests,
+# ferry::file (retries, destruction with requests in flight), the staging pool, and the
+# reliability suite's stress, fork and fault-injection tests.
+tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|file|fork_during_io)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_'
+
+# The sanitizer flags go in through CMAKE_<LANG>_FLAGS and the linker flags, not the
+# FERRY_SANITIZE option: that option adds -fsanitize to every link step, the CUDA device-link
+# step of libferry.so included, where nvcc hands it to gcc together with -c and the build
+# fails. Host compile and link steps are all that need it.
+build() {  # build DIR SANITIZERS
+    local dir=$1 san=$2
+    local flags="-fsanitize=$san -fno-omit-frame-pointer -fno-sanitize-recover=all"
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
+        -DFERRY_SANITIZE= -DFERRY_BUILD_PYTHON=OFF -DCMAKE_CXX_FLAGS="$flags" \
+        -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=$san" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=$san" >/dev/null
+    cmake --build "$dir" -j "$jobs" --target ferry_tests
+}
+
+# Each test in its own process (ctest); a sanitizer report makes the process exit non-zero.
+run() {  # run DIR [ctest args...]
+    local dir=$1; shift
+    (cd "$dir" && ctest --output-on-failure -j "$jobs" --timeout 900 "$@")
+}
+
+t0=$(date +%s)
+if [ "$what" = all ] || [ "$what" = asan ]; then
+    echo "sanitize: ASan + UBSan build"
+    build "${ASAN_BUILD:-build-asan}" address,undefined
+    t1=$(date +%s)
+    echo "sanitize: whole host suite under ASan + UBSan"
+    # protect_shadow_gap=0: the CUDA runtime maps memory where ASan would otherwise reserve it.
+    ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:protect_shadow_gap=0:detect_stack_use_after_return=1:strict_init_order=1" \
+    LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+        run "${ASAN_BUILD:-build-asan}"
+    echo "sanitize: ASan + UBSan clean (build $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s)"
+fi
+if [ "$what" = all ] || [ "$what" = tsan ]; then
+    t2=$(date +%s)
+    echo "sanitize: TSan build"
+    build "${TSAN_BUILD:-build-tsan}" thread
+    t3=$(date +%s)
+    echo "sanitize: concurrency tests under TSan"
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+        run "${TSAN_BUILD:-build-tsan}" -R "$tsan_tests"
+    echo "sanitize: TSan clean (build $(( t3 - t2 )) s, tests $(( $(date +%s) - t3 )) s)"
+fi
+echo "sanitize: done in $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,52 @@
+#include "cli_util.hpp"
+
+#include <cstdio>
+
+#include "ferry/settings.hpp"
+
+namespace ferry::cli {
+
+std::string human_bytes(std::uint64_t n) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(n);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[32];
+    if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+    else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+std::uint64_t parse_bytes(const std::string& text, const std::string& what) {
+    return ferry::parse_size(what, text);
+}
+
+nlohmann::json io_json(const io_stats& s) {
+    nlohmann::json j = nlohmann::json::object();
+    for (int i = 0; i < io_path_count; ++i) {
+        std::uint64_t b = s.read[i].bytes + s.write[i].bytes;
+        if (b) j[std::string(to_string(static_cast<io_path>(i)))] = b;
+    }
+    if (!s.fallbacks.empty()) {
+        nlohmann::json f = nlohmann::json::object();
+        for (const auto& [reason, n] : s.fallbacks) f[reason] = n;
+        j["fallbacks"] = f;
+    }
+    return j;
+}
+
+std::string io_text(const io_stats& s) {
+    std::string out;
+    for (int i = 0; i < io_path_count; ++i) {
+        std::uint64_t b = s.read[i].bytes + s.write[i].bytes;
+        if (!b) continue;
+        if (!out.empty()) out += ", ";
+        out += std::string(to_string(static_cast<io_path>(i))) + " " + human_bytes(b);
+    }
+    return out.empty() ? "none" : out;
+}
+
+}  // namespace ferry::cli

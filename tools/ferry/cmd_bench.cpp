@@ -1,0 +1,469 @@
+// ferry bench: measure, in one run, the ceilings (parallel pread into host memory, the pinned
+// host -> device copy), the naive path (what cupy.fromfile does), and each ferry path over a
+// sweep of thread counts and task sizes.
+#include <fcntl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "cli_util.hpp"
+#include "commands.hpp"
+#include "ferry/array.hpp"
+#include "ferry/error.hpp"
+#include "ferry/file.hpp"
+#include "ferry/memory.hpp"
+#include "ferry/version.hpp"
+
+namespace ferry::cli {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct bench_args {
+    std::string path;
+    std::string size = "1G";
+    std::string device;
+    std::vector<std::size_t> threads;
+    std::vector<std::string> task_sizes;
+    std::vector<std::string> buffer_sizes;
+    std::vector<std::size_t> buffers;
+    std::vector<std::string> paths;
+    int repeat = 3;
+    bool cold = false;
+    bool write = false;
+    bool json = false;
+};
+
+struct row {
+    std::string kind;  // "ceiling", "baseline", "ferry"
+    std::string name;
+    std::size_t threads = 0;
+    std::uint64_t task_size = 0;
+    bool is_write = false;
+    double gbps = 0;
+    double seconds = 0;
+    io_stats io;
+    std::uint64_t buffer_size = 0;  // staging, for ferry rows
+    std::size_t buffers = 0;
+};
+
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void evict(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) throw system_error(errno, "cannot open", {path});
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
+// Reads the whole file once so that a hot measurement starts from the page cache.
+void warm(const std::string& path, std::uint64_t size, std::size_t threads) {
+    std::vector<std::thread> ts;
+    std::atomic<std::uint64_t> next{0};
+    for (std::size_t t = 0; t < threads; ++t)
+        ts.emplace_back([&] {
+            int fd = ::open(path.c_str(), O_RDONLY);
+            std::vector<char> buf(4 << 20);
+            for (;;) {
+                std::uint64_t off = next.fetch_add(buf.size());
+                if (off >= size) break;
+                if (::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off)) < 0) break;
+            }
+            ::close(fd);
+        });
+    for (auto& t : ts) t.join();
+}
+
+// The storage / page-cache ceiling: plain parallel pread of 4 MiB chunks into host memory.
+double raw_parallel_io(const std::string& path, char* mem, std::uint64_t size, std::size_t threads, bool is_write) {
+    int fd = ::open(path.c_str(), is_write ? (O_WRONLY | O_CREAT) : O_RDONLY, 0644);
+    if (fd < 0) throw system_error(errno, "cannot open", {path});
+    std::atomic<std::uint64_t> next{0};
+    std::atomic<int> failed{0};
+    const std::uint64_t chunk = 4 << 20;
+    auto t0 = clock::now();
+    std::vector<std::thread> ts;
+    for (std::size_t t = 0; t < threads; ++t)
+        ts.emplace_back([&] {
+            for (;;) {
+                std::uint64_t off = next.fetch_add(chunk);
+                if (off >= size) break;
+                std::size_t len = static_cast<std::size_t>(std::min(chunk, size - off));
+                std::size_t done = 0;
+                while (done < len) {
+                    ssize_t r = is_write ? ::pwrite(fd, mem + off + done, len - done, static_cast<off_t>(off + done))
+                                         : ::pread(fd, mem + off + done, len - done, static_cast<off_t>(off + done));
+                    if (r <= 0) {
+                        if (r < 0 && errno == EINTR) continue;
+                        failed = errno ? errno : EIO;
+                        return;
+                    }
+                    done += static_cast<std::size_t>(r);
+                }
+            }
+        });
+    for (auto& t : ts) t.join();
+    double s = seconds_since(t0);
+    ::close(fd);
+    if (failed) throw system_error(failed, is_write ? "pwrite failed" : "pread failed", {path});
+    return s;
+}
+
+// What cupy.fromfile does: one thread reads into pageable memory, then one copy to the GPU.
+double naive(const std::string& path, void* device_mem, std::uint64_t size) {
+    auto t0 = clock::now();
+    std::unique_ptr<char[]> host(new char[size]);  // uninitialised, as numpy allocates
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) throw system_error(errno, "cannot open", {path});
+    std::uint64_t done = 0;
+    while (done < size) {
+        ssize_t r = ::read(fd, host.get() + done, std::min<std::uint64_t>(size - done, 1u << 30));
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            ::close(fd);
+            throw system_error(r < 0 ? errno : EIO, "read failed", {path});
+        }
+        done += static_cast<std::uint64_t>(r);
+    }
+    ::close(fd);
+    if (device_mem) copy_memory(device_mem, host.get(), size);
+    return seconds_since(t0);
+}
+
+void generate(const std::string& path, std::uint64_t size) {
+    std::vector<std::uint64_t> block((64u << 20) / 8);
+    std::mt19937_64 rng(42);
+    for (auto& v : block) v = rng();
+    ferry::file f(path, open_mode::write);
+    for (std::uint64_t off = 0; off < size; off += block.size() * 8) {
+        std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block.size() * 8, size - off));
+        block[0] = off;  // no two blocks alike
+        f.write(block.data(), len, off);
+    }
+    f.close();
+}
+
+struct progress {
+    bool on = ::isatty(2);
+    int done = 0, total = 0;
+    void step(const std::string& what) {
+        ++done;
+        if (!on) return;
+        int width = 30, filled = total ? width * done / total : width;
+        std::fprintf(stderr, "\r[%.*s%*s] %d/%d %-48.48s", filled, "##############################", width - filled, "",
+                     done, total, what.c_str());
+        if (done >= total) std::fprintf(stderr, "\n");
+    }
+};
+
+struct path_config {
+    std::string name;
+    gds_mode gds;
+    direct_io_mode direct;
+};
+
+int run_bench(bench_args a) {
+    placement where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
+                                       : parse_placement(a.device);
+    bool gpu = where.on_gpu();
+    if (gpu && cuda_device_count() == 0) throw usage_error("--device " + a.device + ": " + cuda_unavailable_reason());
+    settings base = settings::global().resolved();
+    if (a.threads.empty()) a.threads = {std::max<std::size_t>(1, base.threads / 4), base.threads / 2, base.threads};
+    std::sort(a.threads.begin(), a.threads.end());
+    a.threads.erase(std::unique(a.threads.begin(), a.threads.end()), a.threads.end());
+    a.threads.erase(std::remove(a.threads.begin(), a.threads.end(), 0u), a.threads.end());
+    std::vector<std::uint64_t> tasks;
+    for (const auto& t : a.task_sizes) tasks.push_back(parse_bytes(t, "--task-size"));
+    if (tasks.empty()) tasks = {base.task_size / 4, base.task_size, base.task_size * 4};
+    std::vector<std::uint64_t> buffer_sizes;
+    for (const auto& t : a.buffer_sizes) buffer_sizes.push_back(parse_bytes(t, "--buffer-size"));
+    if (buffer_sizes.empty()) buffer_sizes = {base.staging_buffer_size};
+    if (a.buffers.empty()) a.buffers = {base.staging_buffers};
+    std::size_t max_threads = a.threads.back();
+
+    std::vector<path_config> configs;
+    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "staged+direct", "cufile"}
+                                       : std::vector<std::string>{"host", "direct"};
+    for (const auto& p : a.paths) {
+        if (p == "staged" || p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off});
+        else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
+        else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
+        else if (p == "auto") configs.push_back({p, base.gds, base.direct_io});
+        else throw usage_error("--paths: unknown path " + p + " (staged, staged+direct, cufile, host, direct, auto)");
+    }
+
+    bool generated = a.path.empty();
+    if (generated) a.path = "ferry-bench.bin";
+    std::uint64_t size;
+    if (generated) {
+        size = parse_bytes(a.size, "--size");
+        if (!a.json) std::fprintf(stderr, "writing %s of %s\n", a.path.c_str(), human_bytes(size).c_str());
+        generate(a.path, size);
+    } else {
+        size = ferry::file(a.path).size();
+    }
+    if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
+
+    device_buffer dev;
+    pinned_buffer pinned;
+    std::vector<char> host;
+    char* host_mem = nullptr;
+    if (gpu) {
+        dev = device_buffer(size, where.device);
+        pinned = pinned_buffer(size);
+        host_mem = static_cast<char*>(pinned.data());
+    } else {
+        host.resize(size);
+        host_mem = host.data();
+    }
+    char* target = gpu ? static_cast<char*>(dev.data()) : host_mem;
+
+    std::vector<row> rows;
+    progress bar;
+    bar.total = 2 + static_cast<int>(configs.size() * a.threads.size() * tasks.size() * buffer_sizes.size() * a.buffers.size()) +
+                (a.write ? 4 : 0);
+    auto prepare = [&] {
+        if (a.cold) evict(a.path);
+        else warm(a.path, size, max_threads);
+    };
+    auto measure = [&](const std::function<double()>& once) {
+        std::vector<double> times;
+        for (int r = 0; r < a.repeat; ++r) {
+            prepare();
+            times.push_back(once());
+        }
+        return median(times);
+    };
+
+    double t_pread = measure([&] { return raw_parallel_io(a.path, host_mem, size, max_threads, false); });
+    rows.push_back({"ceiling", "pread", max_threads, 4 << 20, false, gbps(size, t_pread), t_pread, {}});
+    bar.step("pread ceiling");
+    double pcie = 0;
+    if (gpu) {
+        copy_memory(target, host_mem, size);  // warm-up
+        std::vector<double> times;
+        for (int r = 0; r < a.repeat; ++r) {
+            auto t0 = clock::now();
+            copy_memory(target, host_mem, size);
+            times.push_back(seconds_since(t0));
+        }
+        double t = median(times);
+        pcie = gbps(size, t);
+        rows.push_back({"ceiling", "pinned->device copy", 1, size, false, pcie, t, {}});
+        double tn = measure([&] { return naive(a.path, target, size); });
+        rows.push_back({"baseline", "naive (1 thread, pageable, copy)", 1, size, false, gbps(size, tn), tn, {}});
+    }
+    bar.step("copy ceiling, naive");
+
+    // Paths far below the best so far (e.g. O_DIRECT on hot data) are measured at one point of
+    // the sweep only: a full sweep of them would take minutes and teach nothing.
+    double best_so_far = 0;
+    for (const auto& pc : configs) {
+        bool slow = false;
+        for (std::size_t th : a.threads)
+            for (std::uint64_t ts : tasks)
+                for (std::uint64_t bs : buffer_sizes)
+                    for (std::size_t nb : a.buffers) {
+                        if (slow) {
+                            bar.step(pc.name + " (slow: one point)");
+                            continue;
+                        }
+                        settings s = base;
+                        s.threads = th;
+                        s.task_size = ts;
+                        s.staging_buffer_size = bs;
+                        s.staging_buffers = nb;
+                        s.gds = pc.gds;
+                        s.direct_io = pc.direct;
+                        s.gds_threshold = 0;
+                        std::optional<ferry::file> f;
+                        try {
+                            f.emplace(a.path, open_mode::read, s);
+                            f->read(target, std::min<std::uint64_t>(size, 256u << 20), 0);  // warm-up
+                        } catch (const error& e) {
+                            if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
+                            bar.step(pc.name + " skipped");
+                            slow = true;
+                            continue;
+                        }
+                        io_stats before = f->stats();
+                        double t = measure([&] {
+                            auto t0 = clock::now();
+                            f->read(target, size, 0);
+                            return seconds_since(t0);
+                        });
+                        row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
+                        r.buffer_size = bs;
+                        r.buffers = nb;
+                        rows.push_back(r);
+                        best_so_far = std::max(best_so_far, r.gbps);
+                        slow = r.gbps < best_so_far / 4;
+                        bar.step(pc.name + " " + std::to_string(th) + " threads " + human_bytes(ts));
+                    }
+    }
+
+    if (a.write) {
+        std::string out = a.path + ".write";
+        auto write_once = [&](const std::function<double()>& once) {
+            std::vector<double> times;
+            for (int r = 0; r < a.repeat; ++r) {
+                ::unlink(out.c_str());
+                times.push_back(once());
+                evict(out);  // flush outside the timing so the next write starts clean
+            }
+            ::unlink(out.c_str());
+            return median(times);
+        };
+        double tw = write_once([&] { return raw_parallel_io(out, host_mem, size, max_threads, true); });
+        rows.push_back({"ceiling", "pwrite", max_threads, 4 << 20, true, gbps(size, tw), tw, {}});
+        bar.step("pwrite ceiling");
+        for (const auto& pc : configs) {
+            if (pc.direct == direct_io_mode::on) {
+                bar.step("");
+                continue;  // writes are never O_DIRECT
+            }
+            settings s = base;
+            s.threads = max_threads;
+            s.gds = pc.gds;
+            s.gds_threshold = 0;
+            io_stats io;
+            double t;
+            try {
+                t = write_once([&] {
+                    ferry::file f(out, open_mode::write, s);
+                    auto t0 = clock::now();
+                    f.write(target, size, 0);
+                    double d = seconds_since(t0);
+                    io = f.stats();
+                    return d;
+                });
+            } catch (const error& e) {
+                if (!a.json) std::fprintf(stderr, "\nwrite %s: skipped: %s\n", pc.name.c_str(), e.what());
+                bar.step("");
+                continue;
+            }
+            rows.push_back({"ferry", pc.name, max_threads, s.task_size, true, gbps(size, t), t, io,
+                            s.staging_buffer_size, s.staging_buffers});
+            bar.step("write " + pc.name);
+        }
+    }
+    bar.done = bar.total - 1;
+    bar.step("done");
+    if (generated) ::unlink(a.path.c_str());
+
+    double pread_gbps = rows.front().gbps;
+    double naive_gbps = 0, pwrite_gbps = 0;
+    for (const auto& r : rows) {
+        if (r.kind == "baseline") naive_gbps = r.gbps;
+        if (r.kind == "ceiling" && r.is_write) pwrite_gbps = r.gbps;
+    }
+    const row* best = nullptr;
+    for (const auto& r : rows)
+        if (r.kind == "ferry" && !r.is_write && (!best || r.gbps > best->gbps)) best = &r;
+
+    struct utsname u {};
+    ::uname(&u);
+    if (a.json) {
+        nlohmann::json j;
+        j["ferry_version"] = ferry::version();
+        j["file"] = a.path;
+        j["bytes"] = size;
+        j["device"] = to_string(where);
+        j["cold"] = a.cold;
+        j["repeat"] = a.repeat;
+        j["kernel"] = std::string(u.release);
+        j["cpus"] = std::thread::hardware_concurrency();
+        j["staging_memory_peak"] = staging_memory_peak();
+        j["staging_memory_limit"] = base.staging_memory_limit;
+        nlohmann::json rs = nlohmann::json::array();
+        for (const auto& r : rows) {
+            nlohmann::json e{{"kind", r.kind}, {"name", r.name}, {"threads", r.threads}, {"task_size", r.task_size},
+                             {"write", r.is_write}, {"gbps", r.gbps}, {"seconds", r.seconds}};
+            if (r.buffers) {
+                e["staging_buffer_size"] = r.buffer_size;
+                e["staging_buffers"] = r.buffers;
+            }
+            if (r.kind == "ferry") {
+                e["io"] = io_json(r.io);
+                e["vs_pread"] = pread_gbps > 0 ? r.gbps / pread_gbps : 0;
+                if (pcie > 0) e["vs_pcie"] = r.gbps / pcie;
+                if (naive_gbps > 0) e["vs_naive"] = r.gbps / naive_gbps;
+                if (r.is_write && pwrite_gbps > 0) e["vs_pwrite"] = r.gbps / pwrite_gbps;
+            }
+            rs.push_back(e);
+        }
+        j["results"] = rs;
+        if (best)
+            j["best_read"] = {{"name", best->name},           {"threads", best->threads},
+                              {"task_size", best->task_size}, {"staging_buffer_size", best->buffer_size},
+                              {"staging_buffers", best->buffers}, {"gbps", best->gbps}};
+        std::cout << j.dump(2) << "\n";
+        return exit_ok;
+    }
+    std::printf("ferry bench: %s, %s, %s, %s, median of %d, kernel %s, %u CPUs\n", a.path.c_str(),
+                human_bytes(size).c_str(), to_string(where).c_str(), a.cold ? "cold (evicted before each read)" : "hot (page cache)",
+                a.repeat, u.release, std::thread::hardware_concurrency());
+    std::printf("%-44s %7s %9s %9s %9s %9s %9s  %s\n", "measurement", "threads", "task", "GB/s", "vs pread",
+                pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
+    for (const auto& r : rows) {
+        std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
+        if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
+        char vs_pread[16] = "", vs_pcie[16] = "", vs_naive[16] = "";
+        if (r.kind == "ferry") {
+            double base_gbps = r.is_write ? pwrite_gbps : pread_gbps;
+            if (base_gbps > 0) std::snprintf(vs_pread, sizeof vs_pread, "%.2fx", r.gbps / base_gbps);
+            if (pcie > 0) std::snprintf(vs_pcie, sizeof vs_pcie, "%.2fx", r.gbps / pcie);
+            if (naive_gbps > 0 && !r.is_write) std::snprintf(vs_naive, sizeof vs_naive, "%.1fx", r.gbps / naive_gbps);
+        }
+        std::printf("%-44s %7zu %9s %9.2f %9s %9s %9s  %s\n", name.c_str(), r.threads,
+                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "", r.gbps, vs_pread,
+                    vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
+    }
+    if (best)
+        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %.2f GB/s\n",
+                    best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
+                    human_bytes(best->buffer_size).c_str(), best->gbps);
+    std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
+                human_bytes(base.staging_memory_limit).c_str());
+    return exit_ok;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto a = std::make_shared<bench_args>();
+    CLI::App* c = app.add_subcommand("bench", "Measure ferry's paths against the hardware ceilings, in one run");
+    c->add_option("file", a->path, "file to read (default: generate ferry-bench.bin of --size, removed after)");
+    c->add_option("--size", a->size, "size of the generated file (default 1G)");
+    c->add_option("--device", a->device, "cuda:N or host (default: cuda:0 when there is a GPU)");
+    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',');
+    c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
+    c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
+    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged, staged+direct, cufile, host, direct, auto")->delimiter(',');
+    c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
+        ->check(CLI::Range(1, 100));
+    c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");
+    c->add_flag("--write", a->write, "also measure writes from GPU memory to a file");
+    c->add_flag("--json", a->json, "print one JSON object");
+    c->callback([a] { run_bench(*a); });
+}
+
+}  // namespace ferry::cli
