@@ -31,6 +31,13 @@ int cuda_device_count();
 /// Why CUDA is unusable here ("" when it is usable): no driver, no device, version mismatch.
 std::string cuda_unavailable_reason();
 
+/// The device a device or managed pointer belongs to. Throws usage_error for other memory.
+int device_of(const void* p);
+
+/// Waits for the work queued on `s` (any stream, nullptr for the legacy default stream).
+/// Throws cuda_error.
+void synchronize(stream_t s);
+
 /// Owner of one device allocation on a chosen device. Move-only; the destructor never throws.
 class device_buffer {
 public:

@@ -86,6 +86,18 @@ memory_kind memory_kind_of(const void* p) {
     }
 }
 
+int device_of(const void* p) {
+    memory_kind k = memory_kind_of(p);
+    if (k != memory_kind::device && k != memory_kind::managed)
+        throw usage_error("not GPU memory: " + to_string(k) + " memory has no device");
+    return detail::device_of(p);
+}
+
+void synchronize(stream_t s) {
+    if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot synchronize a stream: " + cuda_unavailable_reason());
+    detail::cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
 // ---- device_buffer ----
 
 device_buffer::device_buffer(std::size_t size, int device) : size_(size), device_(device) {
@@ -151,6 +163,9 @@ void copy_memory(void* dst, const void* src, std::size_t n) {
         return;
     }
     detail::cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+    // From pageable memory cudaMemcpy may return once the bytes are staged, before they land;
+    // work on other (non-blocking) streams must see them, so wait for the copy itself.
+    detail::cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
 void fill_memory(void* dst, int byte, std::size_t n) {
