@@ -1,0 +1,30 @@
+// Raw binary files: numpy.fromfile / ndarray.tofile with numpy's meaning, into and out of host
+// or GPU memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/dtype.hpp"
+#include "ferry/load_options.hpp"
+
+namespace ferry {
+
+/// Reads `count` items of `type` (its byte order included, e.g. parse_dtype(">f4")) starting
+/// `offset` bytes into the file. count -1 means the rest of the file, which must then be a whole
+/// number of items; an explicit count that runs past the end is an error, never a short read.
+/// A non-empty `shape` gives the array's shape; its element count is the count when count is
+/// -1 and must equal it otherwise. The payload is read straight into `options.where` and
+/// deserialized there. Throws format_error (file, field, reason) when the file does not hold
+/// what was asked for, usage_error for bad arguments.
+array fromfile(const std::string& path, typed_order type, std::int64_t count = -1,
+               std::uint64_t offset = 0, const std::vector<std::int64_t>& shape = {},
+               const load_options& options = {});
+
+/// Writes the elements of `a` in C order, in the array's byte order, and nothing else (as
+/// ndarray.tofile), atomically.
+void tofile(const array& a, const std::string& path);
+
+}  // namespace ferry

@@ -1,0 +1,48 @@
+// Replacing a file atomically: write a temporary file in the target's directory, fsync it,
+// rename it over the target, fsync the directory. Readers see the old file or the new one,
+// never a mix; a failure (or a crash) before the rename leaves the old file intact.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ferry/file.hpp"
+
+namespace ferry::formats {
+
+/// One pending replacement of `target`; neither copyable nor movable (it lives on one frame).
+///
+/// Write the new contents through file(), then commit(). If commit() is never reached (an
+/// exception unwinds), the destructor removes the temporary file and the target is untouched.
+/// Saving over a file that was just loaded from is safe: the old inode stays readable by anyone
+/// who still has it open, and the new contents never overwrite it in place.
+class atomic_write {
+public:
+    /// Creates the temporary file (same directory, same permissions as an existing target).
+    /// Throws system_error naming the path when it cannot.
+    explicit atomic_write(std::string target);
+    atomic_write(const atomic_write&) = delete;
+    atomic_write& operator=(const atomic_write&) = delete;
+    /// Removes the temporary file unless committed. Never throws.
+    ~atomic_write();
+
+    /// The temporary file, open for writing at explicit offsets.
+    ferry::file& file() { return *file_; }
+    const std::string& temp_path() const noexcept { return temp_; }
+    const std::string& target() const noexcept { return target_; }
+
+    /// fsync, close, rename over the target, fsync the directory. Throws system_error; on
+    /// failure before the rename the temporary file is removed and the target is unchanged.
+    void commit();
+
+private:
+    std::string target_;
+    std::string temp_;
+    std::string dir_;
+    std::optional<ferry::file> file_;
+    unsigned mode_ = 0;
+    bool keep_mode_ = false;
+    bool done_ = false;
+};
+
+}  // namespace ferry::formats

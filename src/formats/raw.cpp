@@ -1,0 +1,64 @@
+// Raw files: the element bytes and nothing else, so the caller supplies dtype, count and offset.
+#include "ferry/raw.hpp"
+
+#include <string>
+
+#include "ferry/convert.hpp"
+#include "ferry/error.hpp"
+#include "ferry/file.hpp"
+#include "formats/atomic_write.hpp"
+#include "formats/deserialize.hpp"
+
+namespace ferry {
+
+array fromfile(const std::string& path, typed_order type, std::int64_t count, std::uint64_t offset,
+               const std::vector<std::int64_t>& shape, const load_options& options) {
+    if (count < -1) throw usage_error("count must be -1 (the rest of the file) or >= 0");
+    file f(path, open_mode::read);
+    const std::uint64_t size = f.size();
+    const std::uint64_t item = size_of(type.type);
+    if (offset > size)
+        throw format_error(path, "offset",
+                           "offset " + std::to_string(offset) + " is beyond the end of the " +
+                               std::to_string(size) + "-byte file");
+    const std::uint64_t rest = size - offset;
+    std::uint64_t n = 0;
+    if (!shape.empty() && count == -1) count = static_cast<std::int64_t>(element_count(shape, item));
+    if (count == -1) {
+        if (rest % item != 0)
+            throw format_error(path, "size",
+                               "the " + std::to_string(rest) + " bytes after offset " +
+                                   std::to_string(offset) + " are not a whole number of " +
+                                   std::string(to_string(type.type)) + " items (" +
+                                   std::to_string(item) + " bytes each)");
+        n = rest / item;
+    } else {
+        n = static_cast<std::uint64_t>(count);
+        if (n > rest / item)
+            throw format_error(path, "count",
+                               std::to_string(n) + " items of " + std::to_string(item) +
+                                   " bytes run past the end of the file (" + std::to_string(rest) +
+                                   " bytes after offset " + std::to_string(offset) + ")");
+    }
+    std::vector<std::int64_t> dims = shape;
+    if (dims.empty()) {
+        dims = {static_cast<std::int64_t>(n)};
+    } else if (element_count(dims, item) != n) {
+        throw usage_error("shape " + shape_to_string(dims) + " holds " +
+                          std::to_string(element_count(dims, item)) + " items, not " +
+                          std::to_string(n));
+    }
+    formats::check_conversion(type.type, options, path);
+    array raw(type.type, dims, options.where, storage_order::c, type.order);
+    if (raw.nbytes() > 0) f.read(raw.data(), raw.nbytes(), offset);
+    return formats::deserialize(std::move(raw), options);
+}
+
+void tofile(const array& a, const std::string& path) {
+    array c = to_c_order(a);
+    formats::atomic_write w(path);
+    if (c.nbytes() > 0) w.file().write(c.data(), c.nbytes(), 0);
+    w.commit();
+}
+
+}  // namespace ferry

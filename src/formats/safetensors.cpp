@@ -1,0 +1,221 @@
+// safetensors load and save. The path of the payload: the header is read and validated on the
+// CPU; the byte ranges of the wanted tensors are merged, and each merged range is one
+// file::read_async straight into one allocation at the destination (the engine splits large
+// ranges across its threads); all are in flight at once. Tensors are views into it.
+#include "ferry/safetensors.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <future>
+#include <set>
+#include <string>
+
+#include "array/host_kernels.hpp"
+#include "cuda/deserialize_kernels.hpp"
+#include "ferry/convert.hpp"
+#include "ferry/error.hpp"
+#include "ferry/file.hpp"
+#include "formats/atomic_write.hpp"
+#include "formats/deserialize.hpp"
+#include "formats/safetensors_header.hpp"
+
+namespace ferry {
+namespace {
+
+// Ranges closer than this are read as one, gap included: one larger read beats two small ones,
+// and the gap costs only that much memory.
+constexpr std::uint64_t merge_gap = 1 << 20;
+// Each merged range starts in the allocation at the same offset modulo this as in the data
+// buffer, so tensors keep the alignment the writer gave them.
+constexpr std::uint64_t placement_alignment = 256;
+
+safetensors_info read_info(const file& f) {
+    const std::string& path = f.path();
+    std::uint64_t size = f.size();
+    if (size < 8) throw format_error(path, "header_length", "file shorter than 8 bytes");
+    unsigned char len[8];
+    f.read(len, 8, 0);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
+    // Validated before allocating: n <= min(cap, size - 8).
+    formats::check_safetensors_header_size(n, size, path);
+    std::string header(n, '\0');
+    f.read(header.data(), n, 8);
+    return formats::parse_safetensors_header(header, size, path);
+}
+
+struct merged_range {
+    std::uint64_t begin = 0;  // in the data buffer
+    std::uint64_t end = 0;
+    std::uint64_t at = 0;     // in the allocation
+};
+
+void wait_all(std::vector<std::future<std::size_t>>& pending) {
+    // Every read must finish before the buffer can be released, even when one failed.
+    std::exception_ptr first;
+    for (auto& p : pending) {
+        try {
+            p.get();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+safetensors_info read_safetensors_info(const std::string& path) {
+    file f(path, open_mode::read);
+    return read_info(f);
+}
+
+std::vector<named_array> load_safetensors(const std::string& path, const load_options& options,
+                                          const std::vector<std::string>& names,
+                                          safetensors_info* header) {
+    file f(path, open_mode::read);
+    safetensors_info info = read_info(f);
+
+    std::vector<const safetensors_tensor_info*> wanted;
+    if (names.empty()) {
+        for (const auto& t : info.tensors) wanted.push_back(&t);
+    } else {
+        std::set<std::string> unique(names.begin(), names.end());
+        for (const auto& name : unique) {
+            auto it = std::lower_bound(info.tensors.begin(), info.tensors.end(), name,
+                                       [](const auto& t, const std::string& n) { return t.name < n; });
+            if (it == info.tensors.end() || it->name != name)
+                throw usage_error(path + ": no tensor named '" + name + "'");
+            wanted.push_back(&*it);
+        }
+    }
+
+    // Merge the byte ranges in file order.
+    std::vector<const safetensors_tensor_info*> by_offset = wanted;
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](auto* a, auto* b) { return a->begin < b->begin; });
+    std::vector<merged_range> ranges;
+    std::vector<std::size_t> range_of(by_offset.size());
+    for (std::size_t i = 0; i < by_offset.size(); ++i) {
+        const auto* t = by_offset[i];
+        if (ranges.empty() || t->begin > ranges.back().end + merge_gap)
+            ranges.push_back({t->begin, t->end, 0});
+        else
+            ranges.back().end = std::max(ranges.back().end, t->end);
+        range_of[i] = ranges.size() - 1;
+    }
+    std::uint64_t total = 0;
+    for (auto& r : ranges) {
+        std::uint64_t want = r.begin % placement_alignment;
+        total += (want + placement_alignment - total % placement_alignment) % placement_alignment;
+        r.at = total;
+        total += r.end - r.begin;
+    }
+    array storage(dtype::uint8, {static_cast<std::int64_t>(total)}, options.where);
+    auto* base = static_cast<unsigned char*>(storage.data());
+
+    std::vector<std::future<std::size_t>> pending;
+    pending.reserve(ranges.size());
+    try {
+        for (const auto& r : ranges)
+            if (r.end > r.begin)
+                pending.push_back(f.read_async(base + r.at, r.end - r.begin, info.data_offset + r.begin));
+    } catch (...) {
+        try {
+            wait_all(pending);
+        } catch (...) {
+        }
+        throw;
+    }
+    wait_all(pending);
+
+    std::vector<named_array> out;
+    out.reserve(wanted.size());
+    for (std::size_t i = 0; i < by_offset.size(); ++i) {
+        const auto* t = by_offset[i];
+        const merged_range& r = ranges[range_of[i]];
+        void* p = base + r.at + (t->begin - r.begin);
+        out.push_back({t->name, array(storage.owner(), p, t->type, t->shape, options.where,
+                                      storage_order::c, byte_order::little)});
+    }
+
+    // safetensors is little-endian: on a little-endian machine only `as` has work to do.
+    // Converted tensors go to one second allocation, converted on one stream, synchronized once.
+    std::uint64_t converted_bytes = 0;
+    std::vector<std::uint64_t> converted_at(out.size(), UINT64_MAX);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        const array& a = out[i].value;
+        if (options.as && a.type() != *options.as && can_astype(a.type(), *options.as)) {
+            converted_bytes = (converted_bytes + placement_alignment - 1) / placement_alignment *
+                              placement_alignment;
+            converted_at[i] = converted_bytes;
+            converted_bytes += a.size() * size_of(*options.as);
+        }
+    }
+    if (converted_bytes > 0) {
+        array converted(dtype::uint8, {static_cast<std::int64_t>(converted_bytes)}, options.where);
+        auto* cbase = static_cast<unsigned char*>(converted.data());
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            if (converted_at[i] == UINT64_MAX) continue;
+            array& a = out[i].value;
+            array src = to_native(a, options.stream);
+            void* dst = cbase + converted_at[i];
+            if (options.where.on_gpu())
+                kernels::convert(src.data(), src.type(), dst, *options.as, src.size(),
+                                 options.where.device, options.stream);
+            else
+                host_kernels::convert(src.data(), src.type(), dst, *options.as, src.size());
+            a = array(converted.owner(), dst, *options.as, a.shape(), options.where);
+        }
+        if (options.where.on_gpu()) kernels::synchronize(options.stream, options.where.device);
+    }
+    for (auto& na : out) {
+        if (!options.keep_byte_order && !na.value.is_native())
+            na.value = to_native(na.value, options.stream);  // a copy: the storage is shared
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    if (header) *header = std::move(info);
+    return out;
+}
+
+void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
+                      const std::map<std::string, std::string>& metadata) {
+    std::set<std::string> seen;
+    std::vector<formats::safetensors_entry> entries;
+    std::vector<array> data;
+    for (const auto& na : arrays) {
+        if (na.name == "__metadata__")
+            throw usage_error("safetensors: '__metadata__' is reserved and cannot name a tensor");
+        if (!seen.insert(na.name).second)
+            throw usage_error("safetensors: duplicate tensor name '" + na.name + "'");
+        if (!safetensors_name(na.value.type()))
+            throw usage_error("safetensors cannot store dtype " +
+                              std::string(to_string(na.value.type())) + " (tensor '" + na.name + "')");
+        array a = to_c_order(na.value);
+        if (a.endian() != byte_order::little && swap_unit_of(a.type()) > 1)
+            a = to_native(a);  // native is little-endian on every machine ferry builds for
+        entries.push_back({na.name, a.type(), a.shape(), a.nbytes()});
+        data.push_back(std::move(a));
+    }
+    formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
+    formats::atomic_write w(path);
+    const file& out = w.file();
+    std::vector<std::future<std::size_t>> pending;
+    try {
+        pending.push_back(out.write_async(layout.prefix.data(), layout.prefix.size(), 0));
+        for (std::size_t i = 0; i < data.size(); ++i)
+            if (data[i].nbytes() > 0)
+                pending.push_back(out.write_async(data[i].data(), data[i].nbytes(),
+                                                  layout.prefix.size() + layout.offsets[i]));
+    } catch (...) {
+        try {
+            wait_all(pending);
+        } catch (...) {
+        }
+        throw;
+    }
+    wait_all(pending);
+    w.commit();
+}
+
+}  // namespace ferry

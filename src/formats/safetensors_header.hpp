@@ -1,0 +1,42 @@
+// The safetensors header: parsed with nlohmann::json and validated against the reference rules
+// (known dtypes, checked sizes, exact tiling of the data buffer, no trailing bytes, no
+// duplicate names, string-only __metadata__); and written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ferry/safetensors.hpp"
+
+namespace ferry::formats {
+
+/// Validates the header length N read from the first 8 bytes against the cap and the file size.
+void check_safetensors_header_size(std::uint64_t n, std::uint64_t file_size,
+                                   const std::string& file);
+
+/// Parses the JSON `header` of a file of `file_size` bytes. Throws format_error naming `file`.
+safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t file_size,
+                                          const std::string& file);
+
+/// One tensor to write: its name, dtype, shape and byte length.
+struct safetensors_entry {
+    std::string name;
+    ferry::dtype type;
+    std::vector<std::int64_t> shape;
+    std::uint64_t bytes = 0;
+};
+
+/// The file layout for `entries` as saved: the 8-byte length and the space-padded JSON (so the
+/// data buffer starts at a multiple of 8), and each entry's offset in the data buffer, in the
+/// order of `entries`. Tensors are placed largest item size first, then by name, so each starts
+/// at a multiple of its item size.
+struct safetensors_layout {
+    std::string prefix;                   ///< length + JSON, ready to write at offset 0
+    std::vector<std::uint64_t> offsets;   ///< per entry, relative to the data buffer
+    std::uint64_t data_bytes = 0;
+};
+safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entries,
+                                      const std::map<std::string, std::string>& metadata);
+
+}  // namespace ferry::formats

@@ -1,0 +1,106 @@
+#include "ferry/raw.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ferry/checksum.hpp"
+#include "ferry/error.hpp"
+#include "test_util.hpp"
+
+namespace ferry {
+namespace {
+
+TEST(raw, whole_file) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "r.bin", 400);
+    array a = fromfile(dir / "r.bin", parse_dtype("float32"));
+    EXPECT_EQ(a.shape(), (std::vector<std::int64_t>{100}));
+    EXPECT_EQ(std::memcmp(a.data(), test::pattern(400).data(), 400), 0);
+}
+
+TEST(raw, count_offset_shape) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "r.bin", 400);
+    array a = fromfile(dir / "r.bin", parse_dtype("int16"), 10, 6);
+    EXPECT_EQ(a.size(), 10u);
+    EXPECT_EQ(std::memcmp(a.data(), test::pattern(20, 6).data(), 20), 0);
+    array b = fromfile(dir / "r.bin", parse_dtype("uint8"), -1, 0, {20, 20});
+    EXPECT_EQ(b.shape(), (std::vector<std::int64_t>{20, 20}));
+    array c = fromfile(dir / "r.bin", parse_dtype("uint8"), -1, 100, {3, 4});  // shape gives count
+    EXPECT_EQ(c.size(), 12u);
+    array e = fromfile(dir / "r.bin", parse_dtype("float64"), 0, 400);
+    EXPECT_EQ(e.size(), 0u);
+    EXPECT_THROW(fromfile(dir / "r.bin", parse_dtype("uint8"), 10, 0, {3, 4}), usage_error);
+    EXPECT_THROW(fromfile(dir / "r.bin", parse_dtype("uint8"), -2), usage_error);
+}
+
+TEST(raw, never_truncates_silently) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "r.bin", 402);
+    try {
+        fromfile(dir / "r.bin", parse_dtype("float32"));
+        FAIL();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.field(), "size");
+        EXPECT_EQ(e.file(), dir / "r.bin");
+    }
+    EXPECT_EQ(fromfile(dir / "r.bin", parse_dtype("float32"), -1, 2).size(), 100u);
+    try {
+        fromfile(dir / "r.bin", parse_dtype("float32"), 101);
+        FAIL();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.field(), "count");
+    }
+    try {
+        fromfile(dir / "r.bin", parse_dtype("uint8"), -1, 403);
+        FAIL();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.field(), "offset");
+    }
+}
+
+TEST(raw, big_endian_and_round_trip) {
+    test::temp_dir dir;
+    const std::uint8_t be[] = {0x3f, 0x80, 0x00, 0x00, 0xc0, 0x00, 0x00, 0x00};  // 1, -2
+    {
+        std::ofstream(dir / "be.bin", std::ios::binary).write(reinterpret_cast<const char*>(be), 8);
+    }
+    array a = fromfile(dir / "be.bin", parse_dtype(">f4"));
+    EXPECT_TRUE(a.is_native());
+    EXPECT_EQ(static_cast<float*>(a.data())[1], -2.0f);
+    load_options keep;
+    keep.keep_byte_order = true;
+    array k = fromfile(dir / "be.bin", parse_dtype(">f4"), -1, 0, {}, keep);
+    EXPECT_EQ(k.endian(), byte_order::big);
+    tofile(k, dir / "out.bin");  // written in its own byte order, as numpy does
+    EXPECT_EQ(test::read_whole(dir / "out.bin"), test::read_whole(dir / "be.bin"));
+    EXPECT_EQ(checksum(k), checksum(a));
+}
+
+TEST(raw, tofile_writes_c_order) {
+    test::temp_dir dir;
+    array f(dtype::uint8, {2, 3}, placement::host(), storage_order::fortran);
+    const std::uint8_t v[] = {0, 3, 1, 4, 2, 5};  // F order of [[0,1,2],[3,4,5]]
+    std::memcpy(f.data(), v, 6);
+    tofile(f, dir / "c.bin");
+    EXPECT_EQ(test::read_whole(dir / "c.bin"), (std::vector<std::uint8_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(raw, device) {
+    FERRY_REQUIRE_GPU();
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "r.bin", 4096 + 24);
+    load_options o;
+    o.where = placement::cuda(0);
+    array d = fromfile(dir / "r.bin", parse_dtype(">f8"), -1, 24, {}, o);
+    array h = fromfile(dir / "r.bin", parse_dtype(">f8"), -1, 24);
+    array back = d.copy_to(placement::host());
+    EXPECT_EQ(std::memcmp(back.data(), h.data(), h.nbytes()), 0);
+    tofile(d, dir / "out.bin");
+    tofile(h, dir / "out_h.bin");
+    EXPECT_EQ(test::read_whole(dir / "out.bin"), test::read_whole(dir / "out_h.bin"));
+}
+
+}  // namespace
+}  // namespace ferry
