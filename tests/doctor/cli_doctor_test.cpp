@@ -1,0 +1,103 @@
+// `ferry doctor` as scripts use it: exit statuses, --json, --require-gds, odd environments.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "doctor_test_util.hpp"
+#include "ferry/memory.hpp"
+
+namespace ferry::doctor {
+namespace {
+
+using nlohmann::json;
+using testing::quote;
+using testing::run_shell;
+using testing::scratch_dir;
+
+const std::string cli = quote(FERRY_CLI);
+
+TEST(CliDoctor, JsonReportAndExitZero) {
+    scratch_dir dir(testing::build_dir());
+    ASSERT_TRUE(dir.ok());
+    std::string file = dir.write_file("a.bin", 1 << 16);
+    auto r = run_shell(cli + " doctor --json " + quote(file) + " " + quote(dir.path()) +
+                       " /nonexistent/ferry.bin 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_EQ(j["paths"].size(), 3u);
+    EXPECT_EQ(j["paths"][0]["path"], file);
+    EXPECT_TRUE(j["paths"][0]["verdict"].is_string());
+    EXPECT_TRUE(j["paths"][2]["verdict"].is_null());
+}
+
+TEST(CliDoctor, TextReportEndsWithVerdict) {
+    auto r = run_shell(cli + " doctor " + quote(testing::build_dir()) + " 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    auto pos = r.out.rfind("\nVerdict\n");
+    ASSERT_NE(pos, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GPUDirect Storage:", pos), std::string::npos);
+}
+
+TEST(CliDoctor, RequireGdsFailsWhenGdsIsNotUsed) {
+    scratch_dir dir(testing::build_dir());
+    ASSERT_TRUE(dir.ok());
+    std::string file = dir.write_file("a.bin", 1 << 16);
+    auto r = run_shell(cli + " doctor --json --require-gds " + quote(file) + " 2>/dev/null");
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    if (j["paths"][0]["verdict"] == "gds") {
+        EXPECT_EQ(r.status, 0);
+    } else {
+        EXPECT_NE(r.status, 0);
+        EXPECT_NE(r.status, -1);
+    }
+    // Without --require-gds the same report exits 0.
+    EXPECT_EQ(run_shell(cli + " doctor --json " + quote(file) + " >/dev/null 2>&1").status, 0);
+}
+
+TEST(CliDoctor, StandardInputClosed) {
+    // With fd 0 closed, every file the process opens could land on 0; the report must still be
+    // produced and the guard must not mistake it for a disturbance.
+    auto r = run_shell(cli + " doctor --json " + quote(testing::build_dir()) + " 0<&- 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["std_fds"]["disturbed"], false);
+}
+
+TEST(CliDoctor, MissingCufileLibraryIsReported) {
+    auto r = run_shell("FERRY_CUFILE_LIBRARY=/nonexistent/libcufile.so.0 " + cli + " doctor --json 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["cufile"]["available"], false);
+    EXPECT_EQ(j["cufile"]["library"], "/nonexistent/libcufile.so.0");
+    EXPECT_NE(j["cufile"]["error"].get<std::string>().find("/nonexistent/libcufile.so.0"), std::string::npos);
+    EXPECT_TRUE(j["cufile"]["version"].is_null());
+    EXPECT_EQ(j["gds"]["available"], false);
+}
+
+TEST(CliDoctor, CorruptCufileJsonIsReported) {
+    scratch_dir dir(testing::build_dir());
+    ASSERT_TRUE(dir.ok());
+    std::string bad = dir.path() + "/cufile.json";
+    ASSERT_EQ(run_shell("printf '{ broken' > " + quote(bad)).status, 0);
+    auto r = run_shell("CUFILE_ENV_PATH_JSON=" + quote(bad) + " " + cli + " doctor --json 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["cufile"]["config"]["valid"], false);
+    EXPECT_TRUE(j["cufile"]["config"]["error"].is_string());
+}
+
+TEST(CliDoctor, BadSettingIsReportedNotFatal) {
+    auto r = run_shell("FERRY_THREADS=lots " + cli + " doctor --json 2>/dev/null");
+    EXPECT_EQ(r.status, 0);
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_TRUE(j["settings"]["error"].is_string());
+    EXPECT_NE(j["settings"]["error"].get<std::string>().find("FERRY_THREADS"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::doctor
