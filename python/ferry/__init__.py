@@ -1,0 +1,78 @@
+"""ferry: move arrays between files and GPU memory, fast.
+
+Reads go straight into GPU memory (GPUDirect Storage where it works, else pipelined pinned
+staging buffers) and .npy / safetensors files are deserialized on the GPU. Host reads are
+parallel preads. numpy is the only dependency: GPU arrays travel through DLPack and the CUDA
+array interface, so CuPy, PyTorch and JAX share ferry's memory without a copy.
+
+>>> import ferry
+>>> x = ferry.fromfile("data.bin", dtype="float32", device="cuda")        # doctest: +SKIP
+>>> w = ferry.load("model.safetensors", device="cuda", like="torch")      # doctest: +SKIP
+>>> with ferry.File("out.bin", "w") as f:                                 # doctest: +SKIP
+...     f.pwrite(x).result()
+
+Which array type a call returns (see docs/python.md):
+host memory -> numpy.ndarray; GPU memory -> like's library when like= is given, else CuPy
+when importable, else ferry.Array (DLPack-exportable).
+"""
+
+from __future__ import annotations
+
+from . import _ferry
+from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
+from ._errors import (
+    CudaError,
+    CuFileError,
+    EndOfFileError,
+    Error,
+    FileError,
+    FormatError,
+    SettingsError,
+    UsageError,
+)
+from ._settings import Settings, settings
+
+Array = _ferry.Array
+File = _ferry.File
+Future = _ferry.Future
+
+__version__: str = _ferry.version()
+
+
+def cuda_device_count() -> int:
+    """The number of usable CUDA devices (0 without a GPU or driver)."""
+    return _ferry.cuda_device_count()
+
+
+def cuda_unavailable_reason() -> str:
+    """Why CUDA is unusable here, or '' when it is usable."""
+    return _ferry.cuda_unavailable_reason()
+
+
+from . import numpy  # noqa: E402  (ferry.numpy: numpy's signatures)
+
+__all__ = [
+    "Array",
+    "CudaError",
+    "CuFileError",
+    "EndOfFileError",
+    "Error",
+    "File",
+    "FileError",
+    "FormatError",
+    "Future",
+    "Settings",
+    "SettingsError",
+    "UsageError",
+    "cuda_device_count",
+    "cuda_unavailable_reason",
+    "doctor",
+    "fromfile",
+    "info",
+    "load",
+    "reset_stats",
+    "save",
+    "settings",
+    "stats",
+    "tofile",
+]

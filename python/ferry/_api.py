@@ -1,0 +1,231 @@
+"""ferry's Python API: fromfile, tofile, load, save, info, doctor and stats."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _ferry
+from ._convert import (
+    as_ferry,
+    dtype_text,
+    fspath,
+    is_gpu,
+    keeps_byte_order,
+    target,
+    to_library,
+)
+from ._errors import UsageError
+
+__all__ = ["fromfile", "tofile", "load", "save", "info", "doctor", "stats", "reset_stats"]
+
+
+def _fd_of(file: Any) -> int | None:
+    try:
+        return file.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
+def _proc_path(fd: int) -> str:
+    # A second open of the same file through /proc leaves the caller's descriptor (and its
+    # position) alone; ferry reads and writes by explicit offsets.
+    return "/proc/self/fd/%d" % fd
+
+
+def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
+             shape: Sequence[int] | None = None, device: Any = None, like: Any = None):
+    """Reads a raw binary file into host or GPU memory, as ``numpy.fromfile`` does.
+
+    ``file`` is a path or an open file; an open file is read from its current position
+    (plus ``offset``) and left positioned after the last item read, as with numpy. ``count``
+    items of ``dtype`` are read (-1: to the end of the file; fewer when the file ends first,
+    as with numpy). ``shape`` shapes the result (and sets the count when it is -1).
+    ``device`` is ``"cpu"`` (default), ``"pinned"``, ``"cuda"`` or ``"cuda:N"``; ``like`` picks
+    the library of the result (an array, a module or a name: ``"cupy"``, ``"torch"``,
+    ``"jax"``, ``"numpy"``, ``"ferry"``) and, without ``device``, its device.
+
+    On a GPU the bytes are read straight into device memory and byte-swapped there when the
+    dtype asks for another byte order; host results keep the file's byte order, like numpy.
+
+    >>> import numpy as np, ferry
+    >>> np.arange(6, dtype=np.float32).tofile("/tmp/x.bin")
+    >>> ferry.fromfile("/tmp/x.bin", dtype=np.float32, count=4)
+    array([0., 1., 2., 3.], dtype=float32)
+    >>> x = ferry.fromfile("/tmp/x.bin", np.float32, device="cuda")  # doctest: +SKIP
+    """
+    text, itemsize = dtype_text(dtype)
+    dev, lib = target(device, like)
+    path = fspath(file)
+    fobj = None
+    start = int(offset)
+    if path is None:
+        fd = _fd_of(file)
+        if fd is None:
+            # A file-like object without a descriptor (BytesIO): numpy's own reader decides.
+            arr = np.fromfile(file, dtype=dtype, count=count, offset=offset)
+            return _from_host(arr, dev, lib)
+        if hasattr(file, "flush"):
+            file.flush()
+        start += file.tell()
+        size = os.fstat(fd).st_size
+        path, fobj = _proc_path(fd), file
+    else:
+        size = os.stat(path).st_size
+    if start < 0 or start > size:
+        raise UsageError("offset %d is outside the file (%d bytes)" % (start, size))
+    available = (size - start) // itemsize
+    if shape is not None:
+        shape = [int(d) for d in (shape if isinstance(shape, Sequence) else (shape,))]
+        want = math.prod(shape)
+        n = want if count < 0 else int(count)
+    else:
+        shape = []
+        n = available if count < 0 else min(int(count), available)
+    a = _ferry.fromfile(path, text, n, start, shape, dev, keeps_byte_order(dev, lib))
+    if fobj is not None:
+        fobj.seek(start + a.nbytes)
+    return to_library(a, lib)
+
+
+def _from_host(arr: np.ndarray, device: str, lib: str | None):
+    a = as_ferry(arr)
+    if is_gpu(device) or device == "pinned":
+        a = a.to_native().to_device(device)
+    elif not keeps_byte_order(device, lib):
+        a = a.to_native()
+    return to_library(a, lib)
+
+
+def tofile(array: Any, file: Any) -> None:
+    """Writes the elements of ``array`` (numpy, CuPy, PyTorch, JAX or ferry; host or GPU) in C
+    order and their byte order, nothing else, as ``ndarray.tofile`` does. ``file`` is a path
+    (written atomically) or an open file (written at its position, which then moves past the
+    data).
+
+    >>> import numpy as np, ferry
+    >>> ferry.tofile(np.arange(3, dtype=np.int16), "/tmp/y.bin")
+    >>> np.fromfile("/tmp/y.bin", dtype=np.int16)
+    array([0, 1, 2], dtype=int16)
+    """
+    a = as_ferry(array)
+    path = fspath(file)
+    if path is not None:
+        _ferry.tofile(a, path)
+        return
+    fd = _fd_of(file)
+    if fd is None:
+        file.write(np.ascontiguousarray(to_library(a.to_device("cpu"), "numpy")).tobytes())
+        return
+    file.flush()
+    pos = file.tell()
+    a = a.to_c_order()
+    with _ferry.File(_proc_path(fd), "a") as out:
+        out.write(a, pos)
+    file.seek(pos + a.nbytes)
+
+
+def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str] | None = None,
+         dtype: Any = None, format: str | None = None, c_order: bool = False):
+    """Loads a .npy file (an array) or a safetensors file (a dict name -> array, sorted by
+    name) into host or GPU memory.
+
+    On a GPU the payload goes straight to device memory and is deserialized there (byte
+    order, ``dtype`` conversion, Fortran to C order with ``c_order=True``); a safetensors file
+    is read with one parallel read into one allocation shared by its tensors. ``names``
+    loads only those tensors. ``dtype`` converts floating-point arrays (float16, bfloat16,
+    float64 <-> float32). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
+    (``format="raw"`` or an unknown content) needs ``dtype`` and is read like fromfile.
+
+    >>> import numpy as np, ferry
+    >>> np.save("/tmp/z.npy", np.eye(2))
+    >>> ferry.load("/tmp/z.npy")
+    array([[1., 0.],
+           [0., 1.]])
+    >>> weights = ferry.load("model.safetensors", like="torch", device="cuda")  # doctest: +SKIP
+    """
+    p = fspath(path)
+    if p is None:
+        raise UsageError("ferry.load takes a path (for open files use ferry.numpy.load)")
+    fmt = format or _ferry.detect_format(p)
+    if fmt == "raw":
+        if dtype is None:
+            raise UsageError("%s is a raw file: pass dtype= (and shape=) to read it" % p)
+        return fromfile(p, dtype, device=device, like=like)
+    dev, lib = target(device, like)
+    as_type = None if dtype is None else dtype_text(dtype)[0]
+    fmt, arrays, _metadata = _ferry.load(p, dev, list(names or []), as_type, fmt,
+                                         keeps_byte_order(dev, lib) and as_type is None, c_order)
+    if fmt == "safetensors":
+        return {name: to_library(a, lib) for name, a in arrays}
+    return to_library(arrays[0][1], lib)
+
+
+def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = None, *,
+         format: str | None = None) -> None:
+    """Saves one array as .npy (or raw), or a dict name -> array as safetensors (with string
+    ``metadata``), atomically. The format follows the extension unless ``format`` is given; a
+    dict is always saved as safetensors. Arrays may be numpy, CuPy, PyTorch, JAX or ferry, in
+    host or GPU memory.
+
+    >>> import numpy as np, ferry
+    >>> ferry.save("/tmp/w.safetensors", {"w": np.ones(3, np.float32)}, {"step": "1"})
+    >>> ferry.load("/tmp/w.safetensors")["w"]
+    array([1., 1., 1.], dtype=float32)
+    """
+    p = fspath(path)
+    if p is None:
+        raise UsageError("ferry.save takes a path")
+    fmt = format or _ferry.format_from_extension(p)
+    if isinstance(array_or_dict, Mapping):
+        if format is None and fmt == "raw":
+            fmt = "safetensors"
+        if fmt != "safetensors":
+            raise UsageError("a dict of arrays is saved as safetensors, not %s" % fmt)
+        arrays = [(str(k), as_ferry(v)) for k, v in array_or_dict.items()]
+    else:
+        if fmt == "safetensors":
+            raise UsageError("safetensors holds named tensors: pass a dict name -> array")
+        if metadata:
+            raise UsageError("only safetensors files hold metadata")
+        arrays = [("", as_ferry(array_or_dict))]
+    _ferry.save(p, fmt, arrays, {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def info(path: Any, format: str | None = None) -> dict:
+    """What a .npy or safetensors file holds, from its header alone: ``format``,
+    ``version``, ``file_size``, ``header_size``, ``arrays`` (name, dtype, byteorder, order,
+    shape, byte range) and ``metadata``."""
+    return _ferry.describe(os.fsdecode(path), format)
+
+
+def doctor(paths: Any = None) -> dict:
+    """Whether GPUDirect Storage works here, and which path a read of each of ``paths`` (files
+    or directories) into GPU memory takes, and why: the report of ``ferry doctor --json``.
+
+    >>> import ferry
+    >>> report = ferry.doctor(["/data"])  # doctest: +SKIP
+    """
+    if paths is None:
+        paths = []
+    elif isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    return json.loads(_ferry.doctor([os.fsdecode(p) for p in paths]))
+
+
+def stats() -> dict:
+    """What ferry moved in this process: ``bytes_read``, ``bytes_written``, ``read`` and
+    ``write`` by I/O path ({path: {bytes, requests, seconds}}), ``fallbacks`` ({reason:
+    times}), ``staging_memory_in_use`` and ``staging_memory_peak``."""
+    return _ferry.stats()
+
+
+def reset_stats() -> None:
+    """Sets the process-wide counters of :func:`stats` back to zero."""
+    _ferry.reset_stats()

@@ -1,0 +1,222 @@
+"""How ferry talks about dtypes and devices, and which library's array a call returns.
+
+The return rule
+---------------
+* host memory (``device="cpu"`` or ``"pinned"``): a ``numpy.ndarray`` sharing ferry's memory
+  (no copy). bfloat16 and float8 arrays need ``ml_dtypes`` for a numpy dtype; without it they
+  come back as a :class:`ferry.Array`.
+* GPU memory: an array of ``like``'s library when ``like`` is given (CuPy, PyTorch, JAX, or any
+  library with ``from_dlpack``); else a CuPy array when CuPy can be imported (and has the
+  dtype); else a :class:`ferry.Array`, which CuPy, PyTorch and JAX accept through DLPack.
+All of these share ferry's memory: nothing is copied on the way out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _ferry
+from ._errors import UsageError
+
+# Types numpy has no built-in dtype for; ml_dtypes (installed with JAX) provides them.
+_EXTENDED = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_FERRY_NAMES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2",
+)
+_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_GPU_LIBRARIES = ("cupy",)
+_missing = object()
+_modules: dict[str, Any] = {}
+
+
+def optional_module(name: str):
+    """The module, or None when it cannot be imported (cached)."""
+    mod = _modules.get(name, _missing)
+    if mod is _missing:
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # a broken install (e.g. no CUDA libraries) counts as absent
+            mod = None
+        _modules[name] = mod
+    return mod
+
+
+def ml_dtypes():
+    return optional_module("ml_dtypes")
+
+
+def dtype_text(dtype: Any) -> tuple[str, int]:
+    """What ferry's parser takes for `dtype` ('<f4', '|b1', 'bfloat16'), and the item size.
+
+    Accepts what numpy accepts (np.float32, 'f4', '>i8', float), ferry's names ('bfloat16',
+    'float8_e4m3fn'), ml_dtypes types and torch dtypes."""
+    if dtype is None:
+        dtype = float
+    if isinstance(dtype, str) and dtype in _EXTENDED:
+        return dtype, _ITEMSIZE[dtype]
+    text = str(dtype)
+    if text.startswith("torch."):
+        name = text[len("torch."):]
+        name = {"half": "float16", "float": "float32", "double": "float64",
+                "bfloat16": "bfloat16"}.get(name, name)
+        if name in _FERRY_NAMES:
+            return name, _ITEMSIZE.get(name) or np.dtype(name).itemsize
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError("ferry cannot use dtype %r" % (dtype,)) from e
+    if dt.kind in "biufc" and dt.fields is None and dt.subdtype is None:
+        return dt.str, dt.itemsize
+    if dt.name in _EXTENDED:
+        return dt.name, dt.itemsize
+    raise TypeError("ferry moves numbers and booleans only; dtype %s is not supported" % dt)
+
+
+def numpy_dtype(name: str, byteorder: str):
+    """The numpy dtype of a ferry array's elements, or None when numpy has none here."""
+    if name in _EXTENDED:
+        ml = ml_dtypes()
+        return None if ml is None else np.dtype(getattr(ml, name))
+    dt = np.dtype(name)
+    if byteorder in "<>" and dt.itemsize > 1:
+        dt = dt.newbyteorder(byteorder)
+    return dt
+
+
+def host_to_numpy(a: _ferry.Array):
+    """A numpy view of a ferry host array (no copy); the Array itself when numpy has no dtype."""
+    dt = numpy_dtype(a.dtype, a.byteorder)
+    if dt is None:
+        return a
+    if a.nbytes == 0:
+        return np.empty(a.shape, dtype=dt, order=a.order)
+    return a._host_bytes().view(dt).reshape(a.shape, order=a.order)
+
+
+def library_of(like: Any) -> tuple[str | None, str | None]:
+    """(library name, device) that `like` asks for: an array, a module or a library's name."""
+    if like is None:
+        return None, None
+    if isinstance(like, str):
+        return like.lower(), None
+    if isinstance(like, type(np)):
+        return like.__name__.split(".")[0], None
+    if isinstance(like, _ferry.Array):
+        return "ferry", like.device
+    lib = type(like).__module__.split(".")[0]
+    if lib == "jaxlib":
+        lib = "jax"
+    device = None
+    if isinstance(like, np.ndarray):
+        device = "cpu"
+    elif hasattr(like, "__dlpack_device__"):
+        try:
+            kind, index = like.__dlpack_device__()
+            device = {1: "cpu", 3: "pinned", 2: "cuda:%d" % index, 13: "cuda:%d" % index}.get(int(kind))
+        except Exception:
+            device = None
+    return lib, device
+
+
+def device_text(device: Any) -> str:
+    """ferry's device string for what a user may pass: 'cpu', 'cuda', 'cuda:1', 'pinned', an
+    int (a GPU), a torch.device or a cupy.cuda.Device."""
+    if device is None:
+        return "cpu"
+    if isinstance(device, str):
+        text = device.strip().lower()
+        if text in ("cpu", "host"):
+            return "cpu"
+        if text == "gpu":
+            return "cuda"
+        return text
+    if hasattr(device, "id") and type(device).__module__.startswith("cupy"):
+        return "cuda:%d" % device.id
+    if type(device).__module__.startswith("torch"):
+        if device.type == "cpu":
+            return "cpu"
+        return "cuda:%d" % (device.index or 0)
+    try:
+        return "cuda:%d" % operator.index(device)
+    except TypeError:
+        raise UsageError("device must be 'cpu', 'pinned', 'cuda' or 'cuda:N', got %r" % (device,))
+
+
+def is_gpu(device: str) -> bool:
+    return device.startswith(("cuda", "managed"))
+
+
+def target(device: Any, like: Any) -> tuple[str, str | None]:
+    """The ferry device string and the library for a call's `device` and `like`."""
+    lib, like_device = library_of(like)
+    dev = device_text(device if device is not None else like_device)
+    if lib == "numpy" and is_gpu(dev):
+        raise UsageError("numpy arrays live in host memory: use device='cpu', or like= a GPU "
+                         "library's array (CuPy, PyTorch, JAX)")
+    if lib in _GPU_LIBRARIES and not is_gpu(dev):
+        raise UsageError("%s arrays live in GPU memory: use device='cuda' or 'cuda:N'" % lib)
+    return dev, lib
+
+
+def keeps_byte_order(device: str, lib: str | None) -> bool:
+    """numpy keeps a file's byte order (dtype '>f4'); DLPack cannot describe it, so arrays for
+    the GPU or for other libraries are made native."""
+    return not is_gpu(device) and lib in (None, "numpy")
+
+
+def to_library(a: _ferry.Array, lib: str | None):
+    """Applies the return rule (see the module's documentation) to one ferry array."""
+    on_gpu = is_gpu(a.device)
+    if lib == "ferry":
+        return a
+    if lib is None or lib == "numpy":
+        if not on_gpu:
+            return host_to_numpy(a)
+        cupy = optional_module("cupy")
+        if cupy is not None and a.dtype not in _EXTENDED:
+            return cupy.from_dlpack(a)
+        return a
+    source: Any = a
+    if not on_gpu:
+        source = host_to_numpy(a.to_native())
+    mod = optional_module(lib)
+    if mod is None:
+        raise UsageError("like= asks for %s, which cannot be imported" % lib)
+    if lib == "jax":
+        import jax.dlpack
+
+        try:
+            return jax.dlpack.from_dlpack(source)
+        except TypeError:  # older JAX takes only a capsule
+            return jax.dlpack.from_dlpack(source.__dlpack__())
+    if hasattr(mod, "from_dlpack"):
+        return mod.from_dlpack(source)
+    raise UsageError("like=: %s has no from_dlpack" % lib)
+
+
+def as_ferry(obj: Any) -> _ferry.Array:
+    """A ferry.Array viewing `obj`'s memory (no copy where it is contiguous)."""
+    if isinstance(obj, _ferry.Array):
+        return obj
+    if isinstance(obj, np.ndarray) or not (
+        hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
+    ):
+        arr = np.asarray(obj)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            arr = np.ascontiguousarray(arr)
+        text, _ = dtype_text(arr.dtype)
+        return _ferry.as_array(arr, text)
+    return _ferry.as_array(obj)
+
+
+def fspath(file: Any) -> str | None:
+    if isinstance(file, (str, bytes, os.PathLike)):
+        return os.fsdecode(file)
+    return None

@@ -1,0 +1,157 @@
+"""ferry's exceptions.
+
+Every error ferry raises derives from :class:`ferry.Error`. Each also derives from the built-in
+exception a Python programmer would catch for it:
+
+==========================  ==========================================  =====================
+ferry class                 raised for                                  also a
+==========================  ==========================================  =====================
+``UsageError``              a bad argument, a closed file, a bad mode   ``ValueError``
+``SettingsError``           a setting that does not parse               ``ValueError``
+``FormatError``             invalid .npy / safetensors / raw content    ``ValueError``
+``FileError``               a failed system call (errno, filename)      ``OSError``
+``EndOfFileError``          a read past the end of a file               ``OSError``, ``EOFError``
+``CuFileError``             a failed cuFile call (``code``)             ``OSError``
+``CudaError``               a failed CUDA runtime call (``code``)       ``RuntimeError``
+==========================  ==========================================  =====================
+
+A ``FileError`` for a missing file is also a ``FileNotFoundError``, for a denied one a
+``PermissionError`` (and so on, as ``OSError`` itself does), so ``except FileNotFoundError``
+works as it does with numpy.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno as _errno
+
+__all__ = [
+    "Error",
+    "UsageError",
+    "SettingsError",
+    "FormatError",
+    "FileError",
+    "EndOfFileError",
+    "CuFileError",
+    "CudaError",
+]
+
+
+class Error(Exception):
+    """Base of every exception ferry raises."""
+
+
+class UsageError(Error, ValueError):
+    """A misuse of the API: a bad argument, a wrong mode, a closed file."""
+
+
+class SettingsError(UsageError):
+    """A setting value that does not parse. ``variable`` names it (e.g. ``FERRY_THREADS``)."""
+
+    variable: str | None = None
+
+
+class FormatError(Error, ValueError):
+    """Invalid file content. ``filename``, ``field`` and ``reason`` say where and why."""
+
+    filename: str | None = None
+    field: str | None = None
+    reason: str | None = None
+
+
+class FileError(Error, OSError):
+    """A system call failed: ``errno``, ``strerror`` and ``filename`` as for ``OSError``;
+    ``offset`` and ``length`` give the byte range of the request when known."""
+
+    offset: int | None = None
+    length: int | None = None
+
+
+class EndOfFileError(FileError, EOFError):
+    """A file ended before the requested range did (reads are never silently short).
+    ``file_size`` is the file's size."""
+
+    file_size: int | None = None
+
+    def __str__(self) -> str:
+        # OSError would print "[Errno None] None: 'path'": ferry's message says more.
+        return str(self.args[0]) if self.args else "end of file"
+
+
+class CuFileError(FileError):
+    """A cuFile (GPUDirect Storage) call failed; ``code`` is its CU_FILE status."""
+
+    code: int | None = None
+
+
+class CudaError(Error, RuntimeError):
+    """A CUDA runtime call failed; ``code`` is the cudaError_t value."""
+
+    code: int | None = None
+    filename: str | None = None
+
+
+# OSError picks a subclass from errno (FileNotFoundError for ENOENT, ...) only when called as
+# OSError itself; ferry's FileError does the same through these combined classes.
+_ERRNO_CLASSES = {
+    _errno.ENOENT: builtins.FileNotFoundError,
+    _errno.EEXIST: builtins.FileExistsError,
+    _errno.EISDIR: builtins.IsADirectoryError,
+    _errno.ENOTDIR: builtins.NotADirectoryError,
+    _errno.EACCES: builtins.PermissionError,
+    _errno.EPERM: builtins.PermissionError,
+    _errno.EINTR: builtins.InterruptedError,
+}
+_combined: dict[type, type] = {}
+
+
+def _file_error_class(code: int | None) -> type:
+    builtin = _ERRNO_CLASSES.get(code) if code is not None else None
+    if builtin is None:
+        return FileError
+    cls = _combined.get(builtin)
+    if cls is None:
+        cls = type(builtin.__name__, (FileError, builtin), {"__module__": "ferry"})
+        cls.__qualname__ = "FileError[%s]" % builtin.__name__
+        _combined[builtin] = cls
+    return cls
+
+
+def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
+    """Builds the Python exception for a C++ ferry exception (called by the extension)."""
+    if kind in ("system", "eof", "cufile"):
+        filename = attrs.get("filename")
+        if kind == "system":
+            code = attrs.get("errno")
+            cls = _file_error_class(code)
+        elif kind == "eof":
+            code, cls = None, EndOfFileError
+        else:
+            code, cls = _errno.EIO, CuFileError
+        if kind == "eof":
+            exc = cls(message)
+            exc.filename = filename
+        else:
+            exc = cls(code, message, filename) if filename else cls(code, message)
+        exc.offset = attrs.get("offset")
+        exc.length = attrs.get("length")
+        for key in ("file_size", "code"):
+            if key in attrs:
+                setattr(exc, key, attrs[key])
+        return exc
+    cls = {
+        "format": FormatError,
+        "settings": SettingsError,
+        "usage": UsageError,
+        "cuda": CudaError,
+    }.get(kind, Error)
+    exc = cls(message)
+    for key, value in attrs.items():
+        setattr(exc, key, value)
+    return exc
+
+
+for _cls in (Error, UsageError, SettingsError, FormatError, FileError, EndOfFileError,
+             CuFileError, CudaError):
+    _cls.__module__ = "ferry"
+del _cls

@@ -1,0 +1,191 @@
+// The ferry._ferry extension: libferry for Python. This file holds the module, the mapping of
+// ferry's exceptions to Python's, settings, statistics, the doctor and the version.
+#include <Python.h>
+
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <exception>
+#include <map>
+#include <string>
+
+#include "bind.hpp"
+#include "ferry/doctor.hpp"
+#include "ferry/error.hpp"
+#include "ferry/settings.hpp"
+#include "ferry/stats.hpp"
+#include "ferry/version.hpp"
+
+namespace ferry::python {
+
+namespace {
+
+using namespace nb::literals;
+
+// The Python classes live in ferry/_errors.py (they need multiple inheritance: ferry.Error
+// and ValueError, ferry.Error and OSError); this raises one made from the C++ exception.
+void raise_python(const char* kind, const char* message, nb::dict attrs) {
+    try {
+        nb::object make = nb::module_::import_("ferry._errors").attr("_from_native");
+        nb::object exc = make(kind, message, attrs);
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    } catch (nb::python_error& e) {
+        e.restore();
+    }
+}
+
+nb::dict where_dict(const io_context& w) {
+    nb::dict d;
+    d["filename"] = w.path.empty() ? nb::object(nb::none()) : nb::object(nb::str(w.path.c_str()));
+    d["offset"] = w.offset;
+    d["length"] = w.length;
+    return d;
+}
+
+void translate(const std::exception_ptr& p, void*) {
+    try {
+        std::rethrow_exception(p);
+    } catch (const format_error& e) {
+        nb::dict d;
+        d["filename"] = e.file();
+        d["field"] = e.field();
+        d["reason"] = e.reason();
+        raise_python("format", e.what(), d);
+    } catch (const settings_error& e) {
+        nb::dict d;
+        d["variable"] = e.variable();
+        raise_python("settings", e.what(), d);
+    } catch (const usage_error& e) {
+        raise_python("usage", e.what(), nb::dict());
+    } catch (const end_of_file_error& e) {
+        nb::dict d = where_dict(e.where());
+        d["file_size"] = e.file_size();
+        raise_python("eof", e.what(), d);
+    } catch (const system_error& e) {
+        nb::dict d = where_dict(e.where());
+        d["errno"] = e.code();
+        raise_python("system", e.what(), d);
+    } catch (const cufile_error& e) {
+        nb::dict d = where_dict(e.where());
+        d["code"] = e.code();
+        raise_python("cufile", e.what(), d);
+    } catch (const cuda_error& e) {
+        nb::dict d = where_dict(e.where());
+        d["code"] = e.code();
+        raise_python("cuda", e.what(), d);
+    } catch (const error& e) {
+        raise_python("error", e.what(), nb::dict());
+    }
+}
+
+// Settings travel as {attribute: text}, attributes being the variable names without FERRY_
+// in lower case; apply_setting parses (and names the variable when a value is bad).
+std::string attribute_of(std::string_view variable) {
+    std::string a(variable.substr(6));
+    for (auto& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return a;
+}
+
+std::string variable_of(const std::string& attribute) {
+    std::string v = "FERRY_";
+    for (char c : attribute) v += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (std::string_view known : settings::variable_names()) {
+        if (known == v) return v;
+    }
+    throw usage_error("ferry has no setting '" + attribute + "'");
+}
+
+nb::dict settings_dict(const settings& s) {
+    nb::dict d;
+    d["threads"] = s.threads;
+    d["task_size"] = s.task_size;
+    d["staging_buffer_size"] = s.staging_buffer_size;
+    d["staging_buffers"] = s.staging_buffers;
+    d["staging_memory_limit"] = s.staging_memory_limit;
+    d["gds"] = std::string(to_string(s.gds));
+    d["gds_threshold"] = s.gds_threshold;
+    d["direct_io"] = std::string(to_string(s.direct_io));
+    d["log_level"] = std::string(to_string(s.log));
+    d["cufile_library"] = s.cufile_library;
+    return d;
+}
+
+settings with_values(settings s, const std::map<std::string, std::string>& values) {
+    for (const auto& [attribute, text] : values) apply_setting(s, variable_of(attribute), text);
+    return s;
+}
+
+}  // namespace
+
+void bind_errors(nb::module_&) { nb::register_exception_translator(&translate); }
+
+void bind_runtime(nb::module_& m) {
+    m.def("version", [] { return std::string(ferry::version()); });
+
+    m.def("get_settings", [] { return settings_dict(settings::global()); },
+          "The process-wide settings as {name: value}.");
+    m.def("environment_settings", [] { return settings_dict(settings::from_environment()); },
+          "The settings the FERRY_* environment variables give (over the defaults).");
+    m.def("default_settings", [] { return settings_dict(settings{}); });
+    m.def("resolved_settings", [] { return settings_dict(settings::global().resolved()); },
+          "The process-wide settings with every 0 ('derive') replaced by its value here.");
+    m.def(
+        "set_settings",
+        [](const std::map<std::string, std::string>& values, bool from_defaults) {
+            settings s = with_values(from_defaults ? settings{} : settings::global(), values);
+            settings::set_global(s);
+        },
+        "values"_a, "from_defaults"_a = false,
+        "Changes the process-wide settings (files opened later use them); values are text as\n"
+        "in the FERRY_* variables ('8M', 'auto').");
+    m.def("settings_names", [] {
+        std::vector<std::string> names;
+        for (std::string_view v : settings::variable_names()) names.push_back(attribute_of(v));
+        return names;
+    });
+
+    m.def("stats", [] {
+        nb::dict d = stats_dict(process_stats());
+        d["staging_memory_in_use"] = staging_memory_in_use();
+        d["staging_memory_peak"] = staging_memory_peak();
+        return d;
+    });
+    m.def("reset_stats", [] { reset_process_stats(); });
+
+    m.def(
+        "doctor",
+        [](const std::vector<std::string>& paths) {
+            doctor_options o;
+            o.paths = paths;
+            nb::gil_scoped_release nogil;
+            return run_doctor(o).json;
+        },
+        "paths"_a = std::vector<std::string>{},
+        "Runs ferry's doctor and returns its JSON report (the keys of `ferry doctor --json`).");
+    m.def(
+        "doctor_text",
+        [](const std::vector<std::string>& paths) {
+            doctor_options o;
+            o.paths = paths;
+            nb::gil_scoped_release nogil;
+            return run_doctor(o).text;
+        },
+        "paths"_a = std::vector<std::string>{});
+
+    m.def("cuda_device_count", [] { return cuda_device_count(); },
+          "Usable CUDA devices (0 without a GPU or driver).");
+    m.def("cuda_unavailable_reason", [] { return cuda_unavailable_reason(); },
+          "Why CUDA is unusable here, or '' when it is usable.");
+}
+
+}  // namespace ferry::python
+
+NB_MODULE(_ferry, m) {
+    m.doc() = "ferry's native layer: libferry bound with nanobind. Use the ferry package.";
+    ferry::python::bind_errors(m);
+    ferry::python::bind_array(m);
+    ferry::python::bind_file(m);
+    ferry::python::bind_formats(m);
+    ferry::python::bind_runtime(m);
+}

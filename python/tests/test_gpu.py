@@ -1,0 +1,185 @@
+"""GPU tests: reads straight into GPU memory, the return rule, DLPack and CUDA array interface
+round trips with CuPy, PyTorch and JAX, like=, device selection. Each test skips, with the
+reason, when the GPU or the library it needs is missing."""
+
+import numpy as np
+import pytest
+
+import ferry
+import ferry.numpy as fnp
+
+from test_host import CASES, sample
+
+
+@pytest.fixture
+def data(tmp_path):
+    p = tmp_path / "x.bin"
+    a = np.arange(1 << 20, dtype=np.float32)
+    a.tofile(p)
+    return p, a
+
+
+def test_fromfile_to_gpu_returns_cupy(cupy, data):
+    p, a = data
+    x = ferry.fromfile(p, np.float32, device="cuda")
+    assert isinstance(x, cupy.ndarray)
+    assert x.device.id == 0
+    np.testing.assert_array_equal(cupy.asnumpy(x), a)
+    assert ferry.stats()["bytes_read"] >= a.nbytes
+
+
+@pytest.mark.parametrize("name,order", CASES)
+def test_fromfile_gpu_every_dtype(cupy, tmp_path, name, order):
+    dt = np.dtype(name).newbyteorder(order) if order != "|" else np.dtype(name)
+    a = sample(dt, (6, 7))
+    p = tmp_path / "d.bin"
+    a.tofile(p)
+    x = ferry.fromfile(p, dt, device="cuda", shape=(6, 7))
+    assert x.dtype == dt.newbyteorder("=")  # swapped to native on the GPU
+    np.testing.assert_array_equal(cupy.asnumpy(x), a)
+
+
+@pytest.mark.parametrize("name,order", CASES)
+@pytest.mark.parametrize("fortran", [False, True])
+def test_npy_gpu_every_dtype(cupy, tmp_path, name, order, fortran):
+    dt = np.dtype(name).newbyteorder(order) if order != "|" else np.dtype(name)
+    a = sample(dt, (5, 4))
+    if fortran:
+        a = np.asfortranarray(a)
+    np.save(tmp_path / "a.npy", a)
+    x = ferry.load(tmp_path / "a.npy", device="cuda")
+    np.testing.assert_array_equal(cupy.asnumpy(x), a)
+    y = ferry.load(tmp_path / "a.npy", device="cuda", c_order=True)
+    assert y.flags.c_contiguous
+    np.testing.assert_array_equal(cupy.asnumpy(y), a)
+
+
+def test_file_object_position_gpu(cupy, data):
+    p, a = data
+    with open(p, "rb") as f:
+        f.seek(400)
+        x = fnp.fromfile(f, np.float32, count=100, like=cupy.empty(0))
+        assert f.tell() == 800
+    np.testing.assert_array_equal(cupy.asnumpy(x), a[100:200])
+
+
+def test_device_selection(cupy, data, gpu):
+    p, a = data
+    last = gpu - 1
+    x = ferry.fromfile(p, np.float32, device="cuda:%d" % last)
+    assert x.device.id == last
+    x = ferry.fromfile(p, np.float32, device=last)
+    assert x.device.id == last
+    with cupy.cuda.Device(last):
+        like = cupy.zeros(1)
+    x = ferry.fromfile(p, np.float32, like=like)  # like's device when device= is absent
+    assert x.device.id == last
+    np.testing.assert_array_equal(cupy.asnumpy(x), a)
+    arr = ferry.fromfile(p, np.float32, device="cuda:%d" % last, like="ferry")
+    assert arr.device == "cuda:%d" % last
+    assert arr.__dlpack_device__() == (2, last)
+
+
+def test_like_torch(torch, data, tmp_path):
+    p, a = data
+    t = ferry.fromfile(p, np.float32, like=torch.empty(0, device="cuda"))
+    assert isinstance(t, torch.Tensor) and t.is_cuda
+    np.testing.assert_array_equal(t.cpu().numpy(), a)
+    t = ferry.fromfile(p, np.float32, like="torch", device="cuda")
+    assert t.is_cuda
+    h = ferry.fromfile(p, np.float32, like="torch")  # no device: host memory
+    assert isinstance(h, torch.Tensor) and not h.is_cuda
+    tensors = {"w": torch.randn(64, 32, device="cuda"), "b": torch.arange(7, device="cuda"),
+               "h": torch.randn(3, device="cuda").to(torch.bfloat16)}
+    st = tmp_path / "m.safetensors"
+    ferry.save(st, tensors, {"m": "v"})
+    back = ferry.load(st, device="cuda", like="torch")
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and back[k].is_cuda
+        assert torch.equal(back[k], v)
+    conv = ferry.load(st, device="cuda", like="torch", dtype="float16")
+    assert conv["w"].dtype == torch.float16 and conv["b"].dtype == torch.int64
+
+
+def test_torch_reference_safetensors(torch, tmp_path):
+    st = pytest.importorskip("safetensors.torch", reason="safetensors is not installed")
+    tensors = {"a": torch.randn(10, 10), "b": torch.randn(5).to(torch.bfloat16),
+               "c": torch.arange(4, dtype=torch.int16)}
+    p = tmp_path / "r.safetensors"
+    st.save_file(tensors, str(p))
+    got = ferry.load(p, device="cuda", like="torch")
+    for k, v in tensors.items():
+        assert torch.equal(got[k].cpu(), v)
+
+
+def test_dlpack_round_trips(cupy, torch, tmp_path):
+    p = tmp_path / "x.bin"
+    np.arange(12, dtype=np.float32).tofile(p)
+    arr = ferry.fromfile(p, np.float32, device="cuda", shape=(3, 4), like="ferry")
+    c = cupy.from_dlpack(arr)
+    t = torch.from_dlpack(arr)
+    assert c.data.ptr == arr.data_ptr == t.data_ptr()  # one allocation, shared
+    c[0, 0] = 42
+    assert float(t[0, 0]) == 42
+    cai = arr.__cuda_array_interface__
+    assert cai["shape"] == (3, 4) and cai["typestr"] == "<f4" and cai["data"][0] == arr.data_ptr
+    assert cupy.asarray(arr).data.ptr == arr.data_ptr  # through the CUDA array interface
+    del arr, c
+    assert float(t[0, 0]) == 42  # the export keeps the memory alive
+
+
+def test_file_io_with_gpu_buffers(cupy, torch, tmp_path):
+    p = tmp_path / "f.bin"
+    src = cupy.arange(1 << 18, dtype=cupy.float64)
+    with ferry.File(p, "w") as f:
+        assert f.write(src) == src.nbytes
+        assert f.pwrite(torch.ones(16, device="cuda"), src.nbytes).result() == 64
+    host = np.fromfile(p, np.float64, count=1 << 18)
+    np.testing.assert_array_equal(host, np.arange(1 << 18))
+    with ferry.File(p) as f:
+        dst = cupy.empty_like(src)
+        assert f.pread(dst).result() == src.nbytes
+        assert bool((dst == src).all())
+        t = torch.empty(1 << 18, dtype=torch.float64, device="cuda")
+        f.read(t)
+        assert torch.equal(t.cpu(), torch.arange(1 << 18, dtype=torch.float64))
+        small = torch.zeros(4, device="cuda", dtype=torch.float64)
+        assert f.read(small, 8, size=16) == 16
+        assert small.tolist() == [1.0, 2.0, 0.0, 0.0]
+
+
+def test_tofile_and_save_from_gpu(cupy, torch, tmp_path):
+    a = cupy.asfortranarray(cupy.arange(20, dtype=cupy.int32).reshape(4, 5))
+    ferry.tofile(a, tmp_path / "a.bin")
+    assert (tmp_path / "a.bin").read_bytes() == cupy.asnumpy(a).tobytes(order="C")
+    ferry.save(tmp_path / "a.npy", a)
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), cupy.asnumpy(a))
+    t = torch.arange(6, device="cuda", dtype=torch.float32).reshape(2, 3) * 2
+    ferry.save(tmp_path / "t.npy", t)  # pending work on the tensor is waited for
+    np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), t.cpu().numpy())
+
+
+def test_jax(jax, data):
+    p, a = data
+    x = ferry.fromfile(p, np.float32, like="jax", device="cuda")
+    np.testing.assert_array_equal(np.asarray(x), a)
+
+
+def test_pinned(data):
+    if ferry.cuda_device_count() == 0:
+        pytest.skip("no usable GPU: " + ferry.cuda_unavailable_reason())
+    p, a = data
+    x = ferry.fromfile(p, np.float32, device="pinned")
+    assert isinstance(x, np.ndarray)
+    np.testing.assert_array_equal(x, a)
+
+
+def test_without_cupy_returns_ferry_array(gpu, data, monkeypatch):
+    from ferry import _convert
+
+    monkeypatch.setitem(_convert._modules, "cupy", None)
+    p, a = data
+    x = ferry.fromfile(p, np.float32, device="cuda")
+    assert isinstance(x, ferry.Array) and x.device == "cuda:0"
+    assert x.__dlpack_device__() == (2, 0)
+    np.testing.assert_array_equal(np.from_dlpack(x.to_device("cpu")), a)
