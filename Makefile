@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PYTHON ?= python3
 
-.PHONY: all deps configure build test test-cpp test-python demo bench gpu-check sanitize fuzz install clean
+.PHONY: all deps configure build test test-python demo bench gpu-check sanitize fuzz install clean
 
 all: build
 
@@ -17,14 +17,12 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: the C++ suite (GoogleTest under CTest) and the Python package's tests.
+# Every test: the C++ suite (GoogleTest) and the Python package's tests (python.pytest), under
+# CTest.
 test: build
-	@$(MAKE) --no-print-directory test-cpp test-python
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 
-test-cpp:
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
-
-test-python:
+test-python: build
 	@scripts/test-python.sh $(BUILD)
 
 # The main job on built-in sample data: on the GPU when there is one, else in host memory.

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Runs the Python package's tests against the extension built in the CMake build directory.
+# Runs the Python package's tests against the package the CMake build assembled in
+# <build>/python (the extension next to the pure-Python files). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-if [ ! -d python/tests ]; then echo "python: no tests"; exit 0; fi
-ext=$(find "$build/python" -name '_ferry*.so' 2>/dev/null | head -1 || true)
-if [ -z "$ext" ]; then
-  echo "python: the extension was not built (nanobind missing?); run scripts/deps.sh" >&2
+shift || true
+if [ ! -d "$build/python/ferry" ]; then
+  echo "python: $build/python/ferry is missing (was nanobind found? run scripts/deps.sh)" >&2
   exit 1
 fi
-export PYTHONPATH="$(dirname "$(dirname "$ext")")${PYTHONPATH:+:$PYTHONPATH}"
-shift || true
-exec python3 -m pytest -q python/tests "$@"
+export PYTHONPATH="$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}"
+exec python3 -m pytest -q -p no:cacheprovider python/tests "$@"
