@@ -86,9 +86,10 @@ def main():
         ("npy big-endian (swap on GPU)", r_be, j_be["io"]),
     ]
     print(f"formats bench: {gib} GiB each, device {j_raw['device']}, median of 5 `ferry load --json`")
-    print(f"{'file':34s} {'GB/s':>8s}  io")
+    print(f"{'file':34s} {'GB/s':>8s}  bytes by path")
     for name, rate, io in rows:
-        print(f"{name:34s} {rate:8.2f}  {io}")
+        paths = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in io.items() if k != "fallbacks" and v >= 2**20)
+        print(f"{name:34s} {rate:8.2f}  {paths}")
     ratio_st, ratio_be = r_st / r_raw, r_be / r_le
     print(f"safetensors / raw: {ratio_st:.3f} (bar 0.85)   big-endian / native npy: {ratio_be:.3f} (bar 0.90)")
     if "--json" in sys.argv:

@@ -17,8 +17,8 @@ echo "== machine"; nvidia-smi -L; nproc; free -g | head -2; uname -r
 nvcc --version | tail -1
 
 t0=$(date +%s)
-cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 \
-  || { tail -30 "$out/configure.log"; exit 1; }
+cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
+  || { tail -30 /tmp/configure.log; exit 1; }
 ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 note "build: $(( $(date +%s) - t0 )) s"
 ferry=$build/tools/ferry
@@ -37,7 +37,7 @@ udev_fix() {
 }
 
 if [ "$what" = all ] || [ "$what" = test ]; then
-  $ferry doctor "$TMPDIR" >"$out/doctor-before.txt" 2>&1; echo "doctor rc $?" >>"$out/doctor-before.txt"
+  $ferry doctor "$TMPDIR" >"$out/doctor.txt" 2>&1; echo "doctor rc $?" >>"$out/doctor.txt"
   udev_fix
   (cd $build && ctest --output-on-failure -j4 --timeout 600 -E python.pytest) >"$out/ctest.log" 2>&1
   rc=$?
@@ -54,21 +54,29 @@ fi
 
 if [ "$what" = all ] || [ "$what" = bench ]; then
   udev_fix >/dev/null
+  log="$out/bench.txt"
   if [ "${SKIP_FERRY_BENCH:-0}" != 1 ]; then
     f=$TMPDIR/bench.bin
     python3 scripts/make_bench_file.py "$f" "$size"
     note "bench file: $f ($size)"
-    $ferry bench "$f" ${BENCH_SWEEP:---threads 8,16 --task-size 16M,32M,64M --paths staged,staged+direct,cufile} \
-      --repeat 3 --write | tee "$out/bench-hot.txt"
-    $ferry bench "$f" --threads 16 --paths staged --repeat 3 --json >"$out/bench-hot.json" 2>/dev/null
-    $ferry bench "$f" --threads 16 --paths staged,staged+direct --repeat 2 --cold | tee "$out/bench-cold.txt"
+    echo "\$ ferry bench $f ${BENCH_SWEEP:---threads 16 --task-size 16M,32M,64M --paths staged,staged+direct,cufile} --repeat 3" | tee -a "$log"
+    $ferry bench "$f" ${BENCH_SWEEP:---threads 16 --task-size 16M,32M,64M --paths staged,staged+direct,cufile} \
+      --repeat 3 | tee -a "$log"
+    echo "\$ ferry bench $f --threads 16 --task-size 32M --paths staged --repeat 2 --write --no-naive" | tee -a "$log"
+    $ferry bench "$f" --threads 16 --task-size 32M --paths staged --repeat 2 --write --no-naive | tee -a "$log"
+    echo "\$ ferry bench $f --threads 16 --task-size 32M --paths staged,staged+direct --repeat 2 --cold --no-naive" | tee -a "$log"
+    $ferry bench "$f" --threads 16 --task-size 32M --paths staged,staged+direct --repeat 2 --cold --no-naive \
+      | tee -a "$log"
     rm -f "$f"
   fi
-  $build/bench/ferry_kernel_bandwidth 2048 | tee "$out/kernels.txt"
-  python3 bench/formats_bench.py $ferry $TMPDIR/formats 4 --json "$out/formats.json" | tee "$out/formats.txt"
+  echo "\$ ferry_kernel_bandwidth 2048" | tee -a "$log"
+  $build/bench/ferry_kernel_bandwidth 2048 | tee -a "$log"
+  echo "\$ python3 bench/formats_bench.py ferry DIR 4" | tee -a "$log"
+  python3 bench/formats_bench.py $ferry $TMPDIR/formats 4 --json "$out/formats.json" | tee -a "$log"
   if [ -f python/bench/bench_python.py ]; then
+    echo "\$ python3 python/bench/bench_python.py --size $size --st-size 4G" | tee -a "$log"
     PYTHONPATH=$PWD/$build/python python3 python/bench/bench_python.py --dir $TMPDIR --size $size --st-size 4G \
-      --json "$out/python-bench.json" 2>&1 | tee "$out/python-bench.txt"
+      --json "$out/python-bench.json" 2>&1 | grep -v '^ *[\[{}"]' | tee -a "$log"
   fi
 fi
 

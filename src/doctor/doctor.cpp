@@ -9,7 +9,7 @@
 #include "doctor/cuda_probe.hpp"
 #include "doctor/cufile_probe.hpp"
 #include "doctor/path_probe.hpp"
-#include "doctor/std_fd_guard.hpp"
+#include "shim/std_fd_guard.hpp"
 #include "doctor/system_probe.hpp"
 #include "doctor/text_report.hpp"
 #include "ferry/version.hpp"
@@ -332,7 +332,7 @@ doctor_report run_doctor(const doctor_options& options) {
     // One run at a time: two fd guards interleaving could each undo the other's placeholders.
     static std::mutex run_mutex;
     std::lock_guard lock(run_mutex);
-    doctor::std_fd_guard guard;
+    shim::std_fd_guard guard;
     doctor_report out;
 
     settings s;

@@ -1,5 +1,7 @@
 #include "shim/cufile.hpp"
 
+#include "shim/std_fd_guard.hpp"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
@@ -23,49 +25,6 @@ bool bind(void* lib, const char* name, F& fn, std::string& error, bool required 
     }
     return true;
 }
-
-// Some cuFile versions have closed or replaced fd 0-2 when opening the driver without
-// /dev/nvidia-fs*. Remember what each standard descriptor was and put it back.
-struct std_fd_guard {
-    struct saved {
-        int copy = -1;
-        bool open = false;
-        dev_t dev = 0;
-        ino_t ino = 0;
-    } fds[3];
-
-    std_fd_guard() {
-        for (int i = 0; i < 3; ++i) {
-            struct stat st {};
-            if (::fstat(i, &st) == 0) {
-                fds[i].open = true;
-                fds[i].dev = st.st_dev;
-                fds[i].ino = st.st_ino;
-                fds[i].copy = ::fcntl(i, F_DUPFD_CLOEXEC, 3);
-            }
-        }
-    }
-    /// Restores what changed; returns whether anything had.
-    bool restore() {
-        bool disturbed = false;
-        for (int i = 0; i < 3; ++i) {
-            struct stat st {};
-            bool open_now = ::fstat(i, &st) == 0;
-            bool same = open_now == fds[i].open &&
-                        (!open_now || (st.st_dev == fds[i].dev && st.st_ino == fds[i].ino));
-            if (!same) {
-                disturbed = true;
-                if (fds[i].copy >= 0) ::dup2(fds[i].copy, i);
-                else ::close(i);
-            }
-        }
-        return disturbed;
-    }
-    ~std_fd_guard() {
-        for (auto& f : fds)
-            if (f.copy >= 0) ::close(f.copy);
-    }
-};
 
 std::string loaded_path(void* lib, void* symbol) {
     Dl_info info{};
@@ -105,9 +64,11 @@ cufile_state load(const std::string& library) {
         if (api.get_version(&v).err == CU_FILE_SUCCESS) s.version = v;
     }
     {
+        // Some cuFile versions have closed or replaced fd 0-2 when opening the driver without
+        // /dev/nvidia-fs*: keep them as they were.
         std_fd_guard guard;
         CUfileError_t st = api.driver_open();
-        s.std_fds_disturbed = guard.restore();
+        s.std_fds_disturbed = !guard.restore().empty();
         s.driver_open_status = st.err;
         s.driver_open_cuda = static_cast<int>(st.cu_err);
         s.driver_open = st.err == CU_FILE_SUCCESS || st.err == CU_FILE_DRIVER_ALREADY_OPEN;

@@ -7,7 +7,7 @@
 
 #include "doctor/cufile_probe.hpp"
 #include "doctor/probe_util.hpp"
-#include "doctor/std_fd_guard.hpp"
+#include "shim/std_fd_guard.hpp"
 #include "doctor_test_util.hpp"
 #include "ferry/doctor.hpp"
 #include "ferry/memory.hpp"
@@ -118,6 +118,7 @@ TEST(DoctorReport, NoGpuIsReportedNotFatal) {
 }
 
 TEST(DoctorReport, StandardFdsUnchanged) {
+    using shim::fd_identity;
     fd_identity before[3] = {fd_identity::of(0), fd_identity::of(1), fd_identity::of(2)};
     scratch_dir dir(testing::build_dir());
     ASSERT_TRUE(dir.ok());

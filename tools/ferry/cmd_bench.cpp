@@ -43,6 +43,7 @@ struct bench_args {
     bool cold = false;
     bool write = false;
     bool json = false;
+    bool no_naive = false;
 };
 
 struct row {
@@ -267,8 +268,10 @@ int run_bench(bench_args a) {
         double t = median(times);
         pcie = gbps(size, t);
         rows.push_back({"ceiling", "pinned->device copy", 1, size, false, pcie, t, {}});
-        double tn = measure([&] { return naive(a.path, target, size); });
-        rows.push_back({"baseline", "naive (1 thread, pageable, copy)", 1, size, false, gbps(size, tn), tn, {}});
+        if (!a.no_naive) {
+            double tn = measure([&] { return naive(a.path, target, size); });
+            rows.push_back({"baseline", "naive (1 thread, pageable, copy)", 1, size, false, gbps(size, tn), tn, {}});
+        }
     }
     bar.step("copy ceiling, naive");
 
@@ -463,6 +466,7 @@ void add_bench_command(CLI::App& app) {
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");
     c->add_flag("--write", a->write, "also measure writes from GPU memory to a file");
     c->add_flag("--json", a->json, "print one JSON object");
+    c->add_flag("--no-naive", a->no_naive, "skip the naive baseline (one thread, pageable memory, one copy)");
     c->callback([a] { run_bench(*a); });
 }
 

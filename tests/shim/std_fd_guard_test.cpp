@@ -4,9 +4,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "doctor/std_fd_guard.hpp"
+#include "shim/std_fd_guard.hpp"
 
-namespace ferry::doctor {
+namespace ferry::shim {
 namespace {
 
 /// Saves fd 0 for the test and puts it back at the end, whatever the test did.
@@ -77,4 +77,4 @@ TEST(StdFdGuard, UntouchedFdsReportNothing) {
 }
 
 }  // namespace
-}  // namespace ferry::doctor
+}  // namespace ferry::shim

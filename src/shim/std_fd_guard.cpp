@@ -1,4 +1,4 @@
-#include "doctor/std_fd_guard.hpp"
+#include "shim/std_fd_guard.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-namespace ferry::doctor {
+namespace ferry::shim {
 
 fd_identity fd_identity::of(int fd) {
     fd_identity id;
@@ -72,4 +72,4 @@ std_fd_guard::~std_fd_guard() {
     if (!restored_) restore();
 }
 
-}  // namespace ferry::doctor
+}  // namespace ferry::shim

@@ -1,4 +1,4 @@
-// Keeps fds 0-2 exactly as the doctor found them.
+// Keeps fds 0-2 exactly as they were (the cuFile driver open and the doctor use it).
 //
 // Opening the cuFile driver where /dev/nvidia-fs* is missing has been seen to close fd 0 in
 // other programs, and any library that opens a file while fd 0, 1 or 2 is closed silently takes
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace ferry::doctor {
+namespace ferry::shim {
 
 /// Identity of an fd: closed, or the open file (device, inode, access mode).
 struct fd_identity {
@@ -47,4 +47,4 @@ private:
     bool restored_ = false;
 };
 
-}  // namespace ferry::doctor
+}  // namespace ferry::shim
