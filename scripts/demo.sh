@@ -20,11 +20,11 @@ echo "== ferry load: a raw float32 file"
 "$ferry" load "$dir/sample.f32" --dtype float32 --checksum
 echo
 echo "== ferry load: a big-endian .npy (byte order converted on the GPU)"
-"$ferry" info "$dir/sample_be.npy" | head -4
+"$ferry" info "$dir/sample_be.npy" | sed -n 1,4p
 "$ferry" load "$dir/sample_be.npy" --checksum
 echo
 echo "== ferry load: a safetensors file of 300 tensors (one coalesced read)"
-"$ferry" load "$dir/sample.safetensors" --checksum | head -8
+"$ferry" load "$dir/sample.safetensors" --checksum | sed -n 1,8p
 echo
 echo "== ferry load --json (the same, for scripts)"
 "$ferry" load "$dir/sample.safetensors" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print({k: j[k] for k in ('format','device','bytes','gbps','io')}, len(j['arrays']), 'arrays')"
