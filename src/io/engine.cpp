@@ -1,5 +1,7 @@
 #include "io/engine.hpp"
 
+#include <unistd.h>
+
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -14,22 +16,33 @@ engine::~engine() = default;
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
     using key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
+    struct cached {
+        key k;
+        pid_t pid = 0;
+        std::shared_ptr<engine> e;
+    };
     static std::mutex m;
     // Never destroyed: workers may still be parked at process exit, when joining is unsafe.
-    static auto* last = new std::pair<key, std::shared_ptr<engine>>();
+    static auto* last = new cached();
     key k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
     std::lock_guard lock(m);
-    if (!last->second || last->first != k) {
-        last->second.reset();  // free the previous engine's pinned memory first, if unused
+    if (last->e && last->pid != ::getpid()) {
+        // A forked child: the parent's workers do not exist here, so the engine can neither
+        // run tasks nor be joined. Abandon it (its memory stays) and start afresh.
+        new std::shared_ptr<engine>(std::move(last->e));
+    }
+    if (!last->e || last->k != k) {
+        last->e.reset();  // free the previous engine's pinned memory first, if unused
         // The last owner of an engine can be a request finishing on one of the engine's own
         // workers, which cannot join itself: let another thread tear it down then.
-        last->second = std::shared_ptr<engine>(new engine(r), [](engine* e) {
+        last->e = std::shared_ptr<engine>(new engine(r), [](engine* e) {
             if (thread_pool::worker_index() >= 0) std::thread([e] { delete e; }).detach();
             else delete e;
         });
-        last->first = k;
+        last->k = k;
+        last->pid = ::getpid();
     }
-    return last->second;
+    return last->e;
 }
 
 }  // namespace ferry::detail

@@ -98,6 +98,9 @@ struct request_state {
 
 file_impl::file_impl(const std::string& path, open_mode mode, const settings& s)
     : path_(path), mode_(mode), config_(s.resolved()) {
+    // Made here, not first on a worker: a fork while a worker is inside its initialization
+    // leaves the child's copy of the guard taken for good (tests/reliability/fork_test.cpp).
+    process_counter();
     // O_NONBLOCK so that opening a FIFO by mistake fails below instead of hanging here.
     fd_ = sys::open(path.c_str(), open_flags(mode) | O_NONBLOCK, 0666);
     if (fd_ < 0) throw system_error(errno, "cannot open", {path});
