@@ -77,17 +77,20 @@ void apply_setting(settings& s, std::string_view name, std::string_view value) {
     if (name == "FERRY_THREADS") {
         s.threads = parse_count(name, value, 0, 1024);
     } else if (name == "FERRY_TASK_SIZE") {
-        s.task_size = parse_size(name, value);
-        if (s.task_size != 0 && s.task_size < 4096) bad("must be 0 (derive) or at least 4096 bytes");
+        // Each value is checked before it is stored: a refused value leaves `s` as it was.
+        std::size_t n = parse_size(name, value);
+        if (n != 0 && n < 4096) bad("must be 0 (derive) or at least 4096 bytes");
+        s.task_size = n;
     } else if (name == "FERRY_STAGING_BUFFER_SIZE") {
-        s.staging_buffer_size = parse_size(name, value);
-        if (s.staging_buffer_size != 0 && (s.staging_buffer_size < 65536 || s.staging_buffer_size % 4096))
-            bad("must be 0 (derive) or a multiple of 4096 of at least 64K");
+        std::size_t n = parse_size(name, value);
+        if (n != 0 && (n < 65536 || n % 4096)) bad("must be 0 (derive) or a multiple of 4096 of at least 64K");
+        s.staging_buffer_size = n;
     } else if (name == "FERRY_STAGING_BUFFERS") {
         s.staging_buffers = parse_count(name, value, 2, 64);
     } else if (name == "FERRY_STAGING_MEMORY_LIMIT") {
-        s.staging_memory_limit = parse_size(name, value);
-        if (s.staging_memory_limit != 0 && s.staging_memory_limit < (1u << 20)) bad("must be 0 (derive) or at least 1M");
+        std::size_t n = parse_size(name, value);
+        if (n != 0 && n < (1u << 20)) bad("must be 0 (derive) or at least 1M");
+        s.staging_memory_limit = n;
     } else if (name == "FERRY_GDS") {
         if (v == "auto") s.gds = gds_mode::auto_;
         else if (v == "on" || v == "1" || v == "true") s.gds = gds_mode::on;

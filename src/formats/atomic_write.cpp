@@ -1,6 +1,8 @@
 #include "formats/atomic_write.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +37,26 @@ std::string unique_suffix() {
     return buf;
 }
 
+// Removes ".NAME.tmp-*" files next to the target whose writer is gone. Every writer holds
+// flock(LOCK_EX) on its temporary file until it commits or gives up, so a file whose lock can
+// be taken belongs to a dead writer. (A writer caught between creating its file and locking it
+// would lose the file and fail at rename with a clear error; the target is never touched.)
+void remove_stale_temporaries(const std::string& dir, const std::string& base) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    const std::string prefix = "." + base + ".tmp-";
+    while (const dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        std::string path = dir + "/" + name;
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) continue;
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
+        ::close(fd);
+    }
+    ::closedir(d);
+}
+
 }  // namespace
 
 atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
@@ -45,6 +67,7 @@ atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
     bool exists = ::stat(target_.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) throw system_error(EISDIR, "open", {target_, 0, 0});
     mode_t mode = exists ? (st.st_mode & 07777) : 0666;
+    remove_stale_temporaries(dir_, base_of(target_));
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
         temp_ = dir_ + "/." + base_of(target_) + unique_suffix();
@@ -57,22 +80,26 @@ atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
     // would stop us from opening the temporary file for writing.
     keep_mode_ = exists;
     mode_ = mode;
-    ::close(fd);
+    ::flock(fd, LOCK_EX | LOCK_NB);  // new and ours alone: cannot be held by anyone else
+    lock_fd_ = fd;
     try {
         file_.emplace(temp_, open_mode::write);
     } catch (...) {
         ::unlink(temp_.c_str());
+        ::close(lock_fd_);
         throw;
     }
 }
 
 atomic_write::~atomic_write() {
-    if (done_) return;
-    try {
-        file_.reset();
-    } catch (...) {
+    if (!done_) {
+        try {
+            file_.reset();
+        } catch (...) {
+        }
+        ::unlink(temp_.c_str());
     }
-    ::unlink(temp_.c_str());
+    if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void atomic_write::commit() {

@@ -19,7 +19,8 @@ namespace ferry::formats {
 class atomic_write {
 public:
     /// Creates the temporary file (same directory, same permissions as an existing target).
-    /// Throws system_error naming the path when it cannot.
+    /// First removes the temporary files of writers of the same target that died (killed
+    /// mid-save): a live writer holds a lock on its own. Throws system_error naming the path.
     explicit atomic_write(std::string target);
     atomic_write(const atomic_write&) = delete;
     atomic_write& operator=(const atomic_write&) = delete;
@@ -41,6 +42,7 @@ private:
     std::string dir_;
     std::optional<ferry::file> file_;
     unsigned mode_ = 0;
+    int lock_fd_ = -1;  ///< holds flock(LOCK_EX) on the temporary file while this writer lives
     bool keep_mode_ = false;
     bool done_ = false;
 };

@@ -1,0 +1,145 @@
+// Shared by the reliability tests: a fault-injection plan behind ferry::sys::hook, a watchdog
+// that turns a hang into a failure, and checks for leaked descriptors, busy workers and stray
+// temporary files.
+#pragma once
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "ferry/settings.hpp"
+#include "io/engine.hpp"
+#include "shim/sys.hpp"
+
+namespace ferry::test {
+
+/// Open descriptors of this process.
+inline int open_fds() {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+        while (dirent* e = ::readdir(d))
+            if (e->d_name[0] != '.') ++n;
+        ::closedir(d);
+    }
+    return n - 1;  // the directory stream's own descriptor
+}
+
+/// Names in `dir`, sorted.
+inline std::set<std::string> dir_entries(const std::string& dir) {
+    std::set<std::string> out;
+    if (DIR* d = ::opendir(dir.c_str())) {
+        while (dirent* e = ::readdir(d))
+            if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") out.insert(e->d_name);
+        ::closedir(d);
+    }
+    return out;
+}
+
+/// Runs `op` on another thread and waits at most `limit`. A hang cannot be recovered from (the
+/// thread is stuck inside the library), so it ends the process with a message: the test fails
+/// instead of stalling CI until its global timeout.
+inline void within(std::chrono::seconds limit, const std::string& what, const std::function<void()>& op) {
+    auto f = std::async(std::launch::async, op);
+    if (f.wait_for(limit) == std::future_status::timeout) {
+        std::fprintf(stderr, "watchdog: '%s' still running after %lld s: a hang\n", what.c_str(),
+                     static_cast<long long>(limit.count()));
+        std::fflush(stderr);
+        std::_Exit(97);
+    }
+    f.get();  // rethrows what op threw
+}
+
+/// Whether the workers of the engine that `s` selects are idle (waits up to a second for the
+/// last task to retire after its result was delivered).
+inline bool workers_idle(const settings& s) {
+    auto e = detail::engine::shared(s.resolved());
+    for (int i = 0; i < 1000; ++i) {
+        if (e->pool().pending() == 0) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+}
+
+/// What the fault hook does to the system calls it sees.
+enum class fault_kind {
+    eintr,      ///< the k-th transfer fails once with EINTR
+    eagain,     ///< the k-th transfer fails once with EAGAIN
+    short_io,   ///< the k-th transfer moves fewer bytes (a multiple of 4096 when it can)
+    persistent, ///< the k-th call of any kind and every call after it fail with `error`
+};
+
+inline const char* to_string(fault_kind k) {
+    switch (k) {
+        case fault_kind::eintr: return "EINTR";
+        case fault_kind::eagain: return "EAGAIN";
+        case fault_kind::short_io: return "short count";
+        case fault_kind::persistent: return "persistent";
+    }
+    return "?";
+}
+
+/// The plan the hook follows; one at a time per process.
+struct fault_plan {
+    static inline std::atomic<int> k{0};
+    static inline std::atomic<int> seen{0};      ///< calls counted so far
+    static inline std::atomic<int> injected{0};  ///< faults actually injected
+    static inline std::atomic<int> error{EIO};
+    static inline std::atomic<fault_kind> kind{fault_kind::eintr};
+    static inline std::atomic<bool> whole_blocks{false};  ///< short counts stay 4096-aligned (O_DIRECT)
+
+    static bool transfer(std::string_view call) { return call == "pread" || call == "pwrite"; }
+
+    static int hook(const char* call, std::size_t* length) {
+        fault_kind how = kind.load();
+        if (how != fault_kind::persistent && !transfer(call)) return 0;
+        int n = ++seen;
+        if (how == fault_kind::persistent) {
+            if (n < k.load()) return 0;
+            ++injected;
+            errno = error.load();
+            return -1;
+        }
+        if (n != k.load()) return 0;
+        switch (how) {
+            case fault_kind::eintr: errno = EINTR; ++injected; return -1;
+            case fault_kind::eagain: errno = EAGAIN; ++injected; return -1;
+            default: break;
+        }
+        if (!length || *length < 2) return 0;
+        std::size_t shorter = *length / 2;
+        if (whole_blocks.load()) shorter = shorter / 4096 * 4096;
+        if (shorter == 0) return 0;
+        *length = shorter;
+        ++injected;
+        return 0;
+    }
+
+    /// Arms the hook for one run; disarm() removes it.
+    static void arm(fault_kind how, int at, int err = EIO) {
+        kind = how;
+        k = at;
+        error = err;
+        seen = 0;
+        injected = 0;
+        sys::hook = &hook;
+    }
+    static void disarm() { sys::hook = nullptr; }
+};
+
+/// Disarms the hook when a test leaves its scope, however it leaves.
+struct fault_guard {
+    ~fault_guard() { fault_plan::disarm(); }
+};
+
+}  // namespace ferry::test
