@@ -19,7 +19,7 @@ echo
 echo "== ferry load: a raw float32 file"
 "$ferry" load "$dir/sample.f32" --dtype float32 --checksum
 echo
-echo "== ferry load: a big-endian .npy (byte order converted on the GPU)"
+echo "== ferry load: a big-endian .npy (byte order converted where the array lands: by a GPU kernel, or on the CPU)"
 "$ferry" info "$dir/sample_be.npy" | sed -n 1,4p
 "$ferry" load "$dir/sample_be.npy" --checksum
 echo
