@@ -215,6 +215,7 @@ int run_bench(bench_args a) {
     std::uint64_t size;
     if (generated) {
         size = parse_bytes(a.size, "--size");
+        if (size == 0) throw usage_error("--size: nothing to measure in an empty file");
         if (!a.json) std::fprintf(stderr, "writing %s of %s\n", a.path.c_str(), human_bytes(size).c_str());
         generate(a.path, size);
     } else {
