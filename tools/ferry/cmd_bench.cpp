@@ -222,6 +222,13 @@ int run_bench(bench_args a) {
         size = ferry::file(a.path).size();
     }
     if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
+    // The generated file goes away however the run ends.
+    struct remove_on_exit {
+        std::string path;
+        ~remove_on_exit() {
+            if (!path.empty()) ::unlink(path.c_str());
+        }
+    } generated_file{generated ? a.path : std::string()};
 
     device_buffer dev;
     pinned_buffer pinned;
@@ -370,7 +377,6 @@ int run_bench(bench_args a) {
     }
     bar.done = bar.total - 1;
     bar.step("done");
-    if (generated) ::unlink(a.path.c_str());
 
     double pread_gbps = rows.front().gbps;
     double naive_gbps = 0, pwrite_gbps = 0;
