@@ -63,6 +63,23 @@ void wait_all(std::vector<std::future<std::size_t>>& pending) {
     if (first) std::rethrow_exception(first);
 }
 
+// Starts requests with `issue`, then waits for all of them. If starting one throws, those
+// already started are waited for (their errors dropped) before the first error propagates.
+template <class Issue>
+void issue_and_wait(Issue&& issue) {
+    std::vector<std::future<std::size_t>> pending;
+    try {
+        issue(pending);
+    } catch (...) {
+        try {
+            wait_all(pending);
+        } catch (...) {
+        }
+        throw;
+    }
+    wait_all(pending);
+}
+
 }  // namespace
 
 safetensors_info read_safetensors_info(const std::string& path) {
@@ -114,20 +131,11 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
     array storage(dtype::uint8, {static_cast<std::int64_t>(total)}, options.where);
     auto* base = static_cast<unsigned char*>(storage.data());
 
-    std::vector<std::future<std::size_t>> pending;
-    pending.reserve(ranges.size());
-    try {
+    issue_and_wait([&](std::vector<std::future<std::size_t>>& pending) {
         for (const auto& r : ranges)
             if (r.end > r.begin)
                 pending.push_back(f.read_async(base + r.at, r.end - r.begin, info.data_offset + r.begin));
-    } catch (...) {
-        try {
-            wait_all(pending);
-        } catch (...) {
-        }
-        throw;
-    }
-    wait_all(pending);
+    });
 
     std::vector<named_array> out;
     out.reserve(wanted.size());
@@ -200,21 +208,13 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
     formats::atomic_write w(path);
     const file& out = w.file();
-    std::vector<std::future<std::size_t>> pending;
-    try {
+    issue_and_wait([&](std::vector<std::future<std::size_t>>& pending) {
         pending.push_back(out.write_async(layout.prefix.data(), layout.prefix.size(), 0));
         for (std::size_t i = 0; i < data.size(); ++i)
             if (data[i].nbytes() > 0)
                 pending.push_back(out.write_async(data[i].data(), data[i].nbytes(),
                                                   layout.prefix.size() + layout.offsets[i]));
-    } catch (...) {
-        try {
-            wait_all(pending);
-        } catch (...) {
-        }
-        throw;
-    }
-    wait_all(pending);
+    });
     w.commit();
 }
 
