@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -155,6 +157,21 @@ settings settings::resolved() const {
     if (r.task_size == 0) r.task_size = 16 * r.staging_buffer_size;
     if (r.staging_memory_limit == 0) r.staging_memory_limit = 1ull << 30;
     return r;
+}
+
+std::string to_json(const settings& s) {
+    nlohmann::json j;
+    j["threads"] = s.threads;
+    j["task_size"] = s.task_size;
+    j["staging_buffer_size"] = s.staging_buffer_size;
+    j["staging_buffers"] = s.staging_buffers;
+    j["staging_memory_limit"] = s.staging_memory_limit;
+    j["gds"] = std::string(to_string(s.gds));
+    j["gds_threshold"] = s.gds_threshold;
+    j["direct_io"] = std::string(to_string(s.direct_io));
+    j["log_level"] = std::string(to_string(s.log));
+    j["cufile_library"] = s.cufile_library;
+    return j.dump();
 }
 
 std::string_view to_string(gds_mode m) {

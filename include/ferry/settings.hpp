@@ -75,6 +75,11 @@ settings settings::from_lookup(Lookup&& lookup) {
     return s;
 }
 
+/// The settings as one JSON object, {"threads": 16, "gds": "auto", ...}: the field names above,
+/// sizes and counts as numbers, modes as the words their variables take. The doctor report and
+/// the Python package show settings through this.
+std::string to_json(const settings& s);
+
 std::string_view to_string(gds_mode m);
 std::string_view to_string(direct_io_mode m);
 std::string_view to_string(log_level l);

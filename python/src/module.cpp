@@ -97,18 +97,7 @@ std::string variable_of(const std::string& attribute) {
 }
 
 nb::dict settings_dict(const settings& s) {
-    nb::dict d;
-    d["threads"] = s.threads;
-    d["task_size"] = s.task_size;
-    d["staging_buffer_size"] = s.staging_buffer_size;
-    d["staging_buffers"] = s.staging_buffers;
-    d["staging_memory_limit"] = s.staging_memory_limit;
-    d["gds"] = std::string(to_string(s.gds));
-    d["gds_threshold"] = s.gds_threshold;
-    d["direct_io"] = std::string(to_string(s.direct_io));
-    d["log_level"] = std::string(to_string(s.log));
-    d["cufile_library"] = s.cufile_library;
-    return d;
+    return nb::cast<nb::dict>(nb::module_::import_("json").attr("loads")(to_json(s)));
 }
 
 settings with_values(settings s, const std::map<std::string, std::string>& values) {

@@ -40,16 +40,7 @@ json guarded(Probe&& probe, json fallback) {
 }
 
 json settings_json(const settings& s, const std::string& error) {
-    json j;
-    j["threads"] = s.threads;
-    j["task_size"] = s.task_size;
-    j["staging_buffer_size"] = s.staging_buffer_size;
-    j["staging_buffers"] = s.staging_buffers;
-    j["staging_memory_limit"] = s.staging_memory_limit;
-    j["gds"] = std::string(to_string(s.gds));
-    j["gds_threshold"] = s.gds_threshold;
-    j["direct_io"] = std::string(to_string(s.direct_io));
-    j["cufile_library"] = s.cufile_library;
+    json j = json::parse(to_json(s));
     j["error"] = error.empty() ? json(nullptr) : json(error);
     return j;
 }
