@@ -1,8 +1,12 @@
 #include "cuda/cuda_runtime.hpp"
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <utility>
+
+#include "shim/fault_hook.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -30,7 +34,19 @@ const cuda_probe& probe() {
     return p;
 }
 
+std::atomic<long> live_device{0};
+std::atomic<long> live_pinned{0};
+
 }  // namespace
+
+cudaError_t cuda_fault(const char* call) {
+    if (sys::inject(call) == 0) return cudaSuccess;
+    return errno == ENOMEM ? cudaErrorMemoryAllocation : cudaErrorUnknown;
+}
+
+live_allocations live_cuda_allocations() { return {live_device.load(), live_pinned.load()}; }
+
+void count_pinned_allocation(int delta) { live_pinned += delta; }
 
 bool cuda_available() { return probe().devices > 0; }
 
@@ -42,14 +58,14 @@ void cuda_check(cudaError_t e, const char* what, const io_context& where) {
 
 int device_of(const void* p) {
     cudaPointerAttributes a{};
-    cuda_check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes");
+    cuda_check(FERRY_CUDA(cudaPointerGetAttributes, &a, p), "cudaPointerGetAttributes");
     return a.device;
 }
 
 void set_device(int device) {
     thread_local int current = -1;
     if (current == device) return;
-    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    cuda_check(FERRY_CUDA(cudaSetDevice, device), "cudaSetDevice");
     current = device;
 }
 
@@ -95,7 +111,7 @@ int device_of(const void* p) {
 
 void synchronize(stream_t s) {
     if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot synchronize a stream: " + cuda_unavailable_reason());
-    detail::cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, s), "cudaStreamSynchronize");
 }
 
 // ---- device_buffer ----
@@ -103,7 +119,10 @@ void synchronize(stream_t s) {
 device_buffer::device_buffer(std::size_t size, int device) : size_(size), device_(device) {
     if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot allocate GPU memory: " + cuda_unavailable_reason());
     detail::set_device(device);
-    if (size) detail::cuda_check(cudaMalloc(&ptr_, size), "cudaMalloc");
+    if (size) {
+        detail::cuda_check(FERRY_CUDA(cudaMalloc, &ptr_, size), "cudaMalloc");
+        ++detail::live_device;
+    }
 }
 device_buffer::device_buffer(device_buffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)), device_(o.device_) {}
@@ -118,12 +137,16 @@ device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
 }
 device_buffer::~device_buffer() {
     // At process exit the runtime may be unloading already: ignore what cudaFree says.
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+        cudaFree(ptr_);
+        --detail::live_device;
+    }
 }
 void device_buffer::reset() {
     if (!ptr_) return;
     void* p = std::exchange(ptr_, nullptr);
     size_ = 0;
+    --detail::live_device;
     detail::cuda_check(cudaFree(p), "cudaFree");
 }
 
@@ -131,7 +154,10 @@ void device_buffer::reset() {
 
 pinned_buffer::pinned_buffer(std::size_t size) : size_(size) {
     if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot allocate pinned memory: " + cuda_unavailable_reason());
-    if (size) detail::cuda_check(cudaHostAlloc(&ptr_, size, cudaHostAllocPortable), "cudaHostAlloc");
+    if (size) {
+        detail::cuda_check(FERRY_CUDA(cudaHostAlloc, &ptr_, size, cudaHostAllocPortable), "cudaHostAlloc");
+        detail::count_pinned_allocation(+1);
+    }
 }
 pinned_buffer::pinned_buffer(pinned_buffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
@@ -144,12 +170,16 @@ pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
     return *this;
 }
 pinned_buffer::~pinned_buffer() {
-    if (ptr_) cudaFreeHost(ptr_);
+    if (ptr_) {
+        cudaFreeHost(ptr_);
+        detail::count_pinned_allocation(-1);
+    }
 }
 void pinned_buffer::reset() {
     if (!ptr_) return;
     void* p = std::exchange(ptr_, nullptr);
     size_ = 0;
+    detail::count_pinned_allocation(-1);
     detail::cuda_check(cudaFreeHost(p), "cudaFreeHost");
 }
 
@@ -162,10 +192,10 @@ void copy_memory(void* dst, const void* src, std::size_t n) {
         std::memcpy(dst, src, n);
         return;
     }
-    detail::cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+    detail::cuda_check(FERRY_CUDA(cudaMemcpy, dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
     // From pageable memory cudaMemcpy may return once the bytes are staged, before they land;
     // work on other (non-blocking) streams must see them, so wait for the copy itself.
-    detail::cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
+    detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
 void fill_memory(void* dst, int byte, std::size_t n) {
@@ -175,8 +205,8 @@ void fill_memory(void* dst, int byte, std::size_t n) {
         std::memset(dst, byte, n);
         return;
     }
-    detail::cuda_check(cudaMemset(dst, byte, n), "cudaMemset");
-    detail::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    detail::cuda_check(FERRY_CUDA(cudaMemset, dst, byte, n), "cudaMemset");
+    detail::cuda_check(FERRY_CUDA(cudaDeviceSynchronize), "cudaDeviceSynchronize");
 }
 
 // ---- stream ----
@@ -185,7 +215,7 @@ stream::stream(int device) {
     if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "cannot create a stream: " + cuda_unavailable_reason());
     detail::set_device(device);
     cudaStream_t s = nullptr;
-    detail::cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    detail::cuda_check(FERRY_CUDA(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking), "cudaStreamCreate");
     s_ = reinterpret_cast<stream_t>(s);
 }
 stream::stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
@@ -200,7 +230,7 @@ stream::~stream() {
     if (s_) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s_));
 }
 void stream::synchronize() const {
-    detail::cuda_check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(s_)), "cudaStreamSynchronize");
+    detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, reinterpret_cast<cudaStream_t>(s_)), "cudaStreamSynchronize");
 }
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string>
 
 #include "ferry/error.hpp"
@@ -13,6 +14,31 @@ namespace ferry::detail {
 
 /// True when a driver and at least one device are usable. Cached; never throws.
 bool cuda_available();
+
+/// The fault-injection seam for CUDA (see shim/fault_hook.hpp): every runtime call that can
+/// fail, and every kernel launch, asks it first under the call's name. Returns the error an
+/// injected fault stands for (cudaErrorMemoryAllocation for ENOMEM, else cudaErrorUnknown), or
+/// cudaSuccess. Releases (cudaFree, cudaFreeHost, the destroy calls) and the pointer-kind query
+/// are not asked: a failure there is not something a caller could recover from.
+cudaError_t cuda_fault(const char* call);
+
+template <class Call>
+cudaError_t cuda_call(const char* name, Call&& call) {
+    if (cudaError_t e = cuda_fault(name); e != cudaSuccess) return e;
+    return call();
+}
+
+/// `FERRY_CUDA(cudaMemcpyAsync, dst, src, n, kind, s)`: the call, behind the seam.
+#define FERRY_CUDA(fn, ...) ::ferry::detail::cuda_call(#fn, [&] { return fn(__VA_ARGS__); })
+
+/// Device and pinned allocations alive in this process (device_buffer, pinned_buffer and the
+/// staging buffers), for the tests that check nothing leaks after a failure.
+struct live_allocations {
+    long device = 0;
+    long pinned = 0;
+};
+live_allocations live_cuda_allocations();
+void count_pinned_allocation(int delta);
 
 /// Throws cuda_error (with cudaGetErrorString) unless `e` is cudaSuccess.
 void cuda_check(cudaError_t e, const char* what, const io_context& where = {});

@@ -30,8 +30,8 @@ unsigned grid_for(std::size_t work) {
 class device_scope {
 public:
     explicit device_scope(int device) {
-        detail::cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
-        if (previous_ != device) detail::cuda_check(cudaSetDevice(device), "cudaSetDevice");
+        detail::cuda_check(FERRY_CUDA(cudaGetDevice, &previous_), "cudaGetDevice");
+        if (previous_ != device) detail::cuda_check(FERRY_CUDA(cudaSetDevice, device), "cudaSetDevice");
         changed_ = previous_ != device;
     }
     ~device_scope() {
@@ -46,6 +46,9 @@ private:
 };
 
 void check_launch(const char* what) { detail::cuda_check(cudaGetLastError(), what); }
+
+// Asked before each launch: the fault-injection seam's stand-in for a launch that fails.
+void before_launch(const char* what) { detail::cuda_check(detail::cuda_fault("kernel launch"), what); }
 
 // ---- byte swap ---------------------------------------------------------------------------
 
@@ -102,6 +105,7 @@ void launch_byte_swap(unsigned char* data, std::size_t count, stream_t s) {
         vectors = (count - head) / (16 / Unit);
     }
     std::size_t scalars = count - vectors * (16 / Unit);
+    before_launch("byte swap kernel launch");
     byte_swap_kernel<Unit><<<grid_for(std::max(vectors, scalars)), block_threads, 0, s>>>(
         data, count, head, vectors);
     check_launch("byte swap kernel launch");
@@ -220,6 +224,7 @@ void launch_convert(const void* src, void* dst, std::size_t count, stream_t s) {
         }
     }
     std::size_t scalars = count - groups * g::elements;
+    before_launch("dtype conversion kernel launch");
     convert_kernel<From, To><<<grid_for(std::max(groups, scalars)), block_threads, 0, s>>>(
         static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst), count, head,
         groups, aligned);
@@ -300,7 +305,7 @@ void launch_transpose(const void* src, void* dst, const std::vector<std::int64_t
     for (std::int64_t n : shape)
         if (n != 1) kept.push_back(n);
     if (kept.size() <= 1) {
-        detail::cuda_check(cudaMemcpyAsync(dst, src, count * Size, cudaMemcpyDefault, s),
+        detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst, src, count * Size, cudaMemcpyDefault, s),
                            "cudaMemcpyAsync");
         return;
     }
@@ -309,6 +314,7 @@ void launch_transpose(const void* src, void* dst, const std::vector<std::int64_t
         auto cols = static_cast<std::size_t>(kept[1]);
         dim3 grid(static_cast<unsigned>(std::min<std::size_t>((rows + tile - 1) / tile, 65535)),
                   static_cast<unsigned>(std::min<std::size_t>((cols + tile - 1) / tile, 65535)));
+        before_launch("transpose kernel launch");
         transpose_2d_kernel<Size><<<grid, dim3(tile, tile_rows), 0, s>>>(in, out, rows, cols);
         check_launch("transpose kernel launch");
         return;
@@ -317,6 +323,7 @@ void launch_transpose(const void* src, void* dst, const std::vector<std::int64_t
     dims d{};
     d.ndim = static_cast<int>(kept.size());
     for (std::size_t i = 0; i < kept.size(); ++i) d.shape[i] = kept[i];
+    before_launch("transpose kernel launch");
     transpose_nd_kernel<Size><<<grid_for(count), block_threads, 0, s>>>(in, out, count, d);
     check_launch("transpose kernel launch");
 }
@@ -326,12 +333,12 @@ void launch_transpose(const void* src, void* dst, const std::vector<std::int64_t
 void copy(void* dst, const void* src, std::size_t n, int device, stream_t s) {
     if (n == 0) return;
     device_scope scope(device);
-    detail::cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+    detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst, src, n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
 }
 
 void synchronize(stream_t s, int device) {
     device_scope scope(device);
-    detail::cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, s), "cudaStreamSynchronize");
 }
 
 void byte_swap(void* data, std::size_t count, std::size_t unit, int device, stream_t s) {
@@ -364,7 +371,7 @@ void convert(const void* src, dtype from, void* dst, dtype to, std::size_t count
     device_scope scope(device);
     if (from == to) {
         detail::cuda_check(
-            cudaMemcpyAsync(dst, src, count * size_of(from), cudaMemcpyDefault, s),
+            FERRY_CUDA(cudaMemcpyAsync, dst, src, count * size_of(from), cudaMemcpyDefault, s),
             "cudaMemcpyAsync");
         return;
     }
@@ -391,10 +398,10 @@ void fortran_to_c(const void* src, void* dst, std::size_t itemsize,
         // Rare, so simply stage through aligned scratch and wait before releasing it.
         std::size_t n = count * itemsize;
         device_buffer in(n, device), out(n, device);
-        detail::cuda_check(cudaMemcpyAsync(in.data(), src, n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+        detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, in.data(), src, n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
         fortran_to_c(in.data(), out.data(), itemsize, shape, device, s);
-        detail::cuda_check(cudaMemcpyAsync(dst, out.data(), n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
-        detail::cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst, out.data(), n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+        detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, s), "cudaStreamSynchronize");
         return;
     }
     switch (itemsize) {

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "ferry/error.hpp"
+#include "shim/sys.hpp"
 
 namespace ferry::formats {
 namespace {
@@ -42,17 +43,17 @@ std::string unique_suffix() {
 // be taken belongs to a dead writer. (A writer caught between creating its file and locking it
 // would lose the file and fail at rename with a clear error; the target is never touched.)
 void remove_stale_temporaries(const std::string& dir, const std::string& base) {
-    DIR* d = ::opendir(dir.c_str());
+    DIR* d = sys::inject("opendir") ? nullptr : ::opendir(dir.c_str());
     if (!d) return;
     const std::string prefix = "." + base + ".tmp-";
     while (const dirent* e = ::readdir(d)) {
         std::string name = e->d_name;
         if (name.compare(0, prefix.size(), prefix) != 0) continue;
         std::string path = dir + "/" + name;
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        int fd = sys::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) continue;
-        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
-        ::close(fd);
+        if (sys::flock(fd, LOCK_EX | LOCK_NB) == 0) sys::unlink(path.c_str());
+        sys::close(fd);
     }
     ::closedir(d);
 }
@@ -64,14 +65,17 @@ atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
         throw usage_error("cannot write to '" + target_ + "': not a file name");
     dir_ = directory_of(target_);
     struct stat st{};
-    bool exists = ::stat(target_.c_str(), &st) == 0;
+    bool exists = sys::stat(target_.c_str(), &st) == 0;
+    // Only a target that is not there counts as new: any other failure to look at it would
+    // lose its permissions (or hide a real problem), so it stops the save before anything.
+    if (!exists && errno != ENOENT) throw system_error(errno, "stat", {target_, 0, 0});
     if (exists && S_ISDIR(st.st_mode)) throw system_error(EISDIR, "open", {target_, 0, 0});
     mode_t mode = exists ? (st.st_mode & 07777) : 0666;
     remove_stale_temporaries(dir_, base_of(target_));
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
         temp_ = dir_ + "/." + base_of(target_) + unique_suffix();
-        fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : mode);
+        fd = sys::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL, exists ? 0600 : mode);
         if (fd < 0 && errno != EEXIST)
             throw system_error(errno, "create temporary file", {temp_, 0, 0});
     }
@@ -80,13 +84,16 @@ atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
     // would stop us from opening the temporary file for writing.
     keep_mode_ = exists;
     mode_ = mode;
-    ::flock(fd, LOCK_EX | LOCK_NB);  // new and ours alone: cannot be held by anyone else
+    // New and ours alone: nobody else can hold it. Where the file system has no locks the save
+    // goes on unlocked; a concurrent save may then take the file for stale, and this one fails
+    // at rename with a clear error, the target untouched.
+    sys::flock(fd, LOCK_EX | LOCK_NB);
     lock_fd_ = fd;
     try {
         file_.emplace(temp_, open_mode::write);
     } catch (...) {
-        ::unlink(temp_.c_str());
-        ::close(lock_fd_);
+        sys::unlink(temp_.c_str());
+        sys::close(lock_fd_);
         throw;
     }
 }
@@ -97,9 +104,9 @@ atomic_write::~atomic_write() {
             file_.reset();
         } catch (...) {
         }
-        ::unlink(temp_.c_str());
+        sys::unlink(temp_.c_str());
     }
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (lock_fd_ >= 0) sys::close(lock_fd_);
 }
 
 void atomic_write::commit() {
@@ -109,30 +116,34 @@ void atomic_write::commit() {
         file_.reset();
     } catch (...) {
         file_.reset();
-        ::unlink(temp_.c_str());
+        sys::unlink(temp_.c_str());
         done_ = true;
         throw;
     }
-    if (keep_mode_ && ::chmod(temp_.c_str(), mode_) != 0) {
+    if (keep_mode_ && sys::chmod(temp_.c_str(), mode_) != 0) {
         int e = errno;
-        ::unlink(temp_.c_str());
+        sys::unlink(temp_.c_str());
         done_ = true;
         throw system_error(e, "chmod temporary file", {temp_, 0, 0});
     }
-    if (::rename(temp_.c_str(), target_.c_str()) != 0) {
+    if (sys::rename(temp_.c_str(), target_.c_str()) != 0) {
         int e = errno;
-        ::unlink(temp_.c_str());
+        sys::unlink(temp_.c_str());
         done_ = true;
         throw system_error(e, "rename temporary file over the target", {target_, 0, 0});
     }
     done_ = true;
     // The rename is durable only once the directory entry is.
-    int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) throw system_error(errno, "open directory to fsync", {dir_, 0, 0});
-    int rc = ::fsync(dfd);
+    int dfd = sys::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd < 0)
+        throw system_error(errno, "open directory to fsync (the new file is in place; its name may not survive a power loss)",
+                           {dir_, 0, 0});
+    int rc = sys::fsync(dfd);
     int e = errno;
-    ::close(dfd);
-    if (rc != 0 && e != EINVAL) throw system_error(e, "fsync directory", {dir_, 0, 0});
+    sys::close(dfd);
+    if (rc != 0 && e != EINVAL)
+        throw system_error(e, "fsync directory (the new file is in place; its name may not survive a power loss)",
+                           {dir_, 0, 0});
 }
 
 }  // namespace ferry::formats

@@ -33,7 +33,10 @@ public:
     const std::string& target() const noexcept { return target_; }
 
     /// fsync, close, rename over the target, fsync the directory. Throws system_error; on
-    /// failure before the rename the temporary file is removed and the target is unchanged.
+    /// failure before the rename the temporary file is removed and the target is unchanged. A
+    /// failure of the directory fsync comes after the rename: the new file is in place but its
+    /// name may not survive a power loss, and the error says so. If removing the temporary
+    /// file fails too, the next save of the same target removes it.
     void commit();
 
 private:

@@ -107,22 +107,27 @@ file_impl::file_impl(const std::string& path, open_mode mode, const settings& s)
     struct stat st {};
     if (sys::fstat(fd_, &st) != 0) {
         int e = errno;
-        ::close(fd_);
+        sys::close(fd_);
         throw system_error(e, "fstat failed", {path});
     }
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-        ::close(fd_);
+        sys::close(fd_);
         throw system_error(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "not a regular file or block device", {path});
     }
-    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+    int flags = sys::fcntl(fd_, F_GETFL);
+    if (flags < 0 || sys::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        sys::close(fd_);
+        throw system_error(e, "fcntl(F_SETFL) failed", {path});
+    }
     engine_ = engine::shared(config_);
 }
 
 file_impl::~file_impl() {
     // Reached only when no request holds the file any more.
     gds_.reset();
-    if (direct_fd_ >= 0) ::close(direct_fd_);
-    if (fd_ >= 0) ::close(fd_);
+    if (direct_fd_ >= 0) sys::close(direct_fd_);
+    if (fd_ >= 0) sys::close(fd_);
 }
 
 void file_impl::check_open() const {
@@ -152,9 +157,9 @@ void file_impl::close() {
     }
     gds_.reset();
     int e1 = 0, e2 = 0;
-    if (direct_fd_ >= 0 && ::close(direct_fd_) != 0) e1 = errno;
+    if (direct_fd_ >= 0 && sys::close(direct_fd_) != 0) e1 = errno;
     direct_fd_ = -1;
-    if (fd_ >= 0 && ::close(fd_) != 0) e2 = errno;
+    if (fd_ >= 0 && sys::close(fd_) != 0) e2 = errno;
     fd_ = -1;
     if (e2) throw system_error(e2, "close failed", {path_});
     if (e1) throw system_error(e1, "close failed (O_DIRECT descriptor)", {path_});
@@ -180,7 +185,7 @@ int file_impl::direct_fd() {
     align_ = query_direct_alignment(fd);
     std::size_t a = std::max(align_.memory, align_.offset);
     if (a > 4096 || 4096 % a != 0 || engine_->staging().buffer_size() < 4 * a) {
-        ::close(fd);
+        sys::close(fd);
         direct_reason_ = "O_DIRECT alignment of " + std::to_string(a) + " bytes does not fit the staging buffers";
         return -1;
     }
@@ -482,7 +487,7 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     op->r = r;
     std::future<std::size_t> f = op->done.get_future();
     if (r.kind == memory_kind::device || r.kind == memory_kind::managed) set_device(r.device);
-    cuda_check(cudaLaunchHostFunc(reinterpret_cast<cudaStream_t>(s), run_stream_op, op.get()),
+    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, reinterpret_cast<cudaStream_t>(s), run_stream_op, op.get()),
                "cudaLaunchHostFunc", {path_, r.offset, r.n});
     op.release();
     return f;

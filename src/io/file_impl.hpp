@@ -2,6 +2,8 @@
 // handle, counters, and the request machinery (split into tasks, run on the engine's workers).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "shim/fault_hook.hpp"
+
 namespace ferry::detail {
 
 double resident_fraction(int fd, std::uint64_t size, int max_samples) {
@@ -19,10 +21,11 @@ double resident_fraction(int fd, std::uint64_t size, int max_samples) {
     for (std::uint64_t w = 0; w < windows; w += step) {
         std::uint64_t off = w * window;
         std::size_t len = static_cast<std::size_t>(std::min(window, size - off));
+        if (sys::inject("mmap")) return -1;
         void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(off));
         if (p == MAP_FAILED) return -1;
         std::size_t pages = (len + page - 1) / page;
-        int rc = ::mincore(p, len, vec.data());
+        int rc = sys::inject("mincore") ? -1 : ::mincore(p, len, vec.data());
         ::munmap(p, len);
         if (rc != 0) return -1;
         for (std::size_t i = 0; i < pages; ++i) resident += vec[i] & 1;

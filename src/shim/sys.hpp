@@ -1,27 +1,21 @@
-// Every system call the library makes on file data goes through here, so that tests can make
-// any of them fail or come up short (the fault-injection seam). Without a hook installed, each
-// wrapper is the call itself plus one predictable branch.
+// Every system call the library makes on files goes through here, so that tests can make any
+// of them fail or come up short (the fault-injection seam; CUDA and cuFile calls have theirs in
+// cuda/cuda_runtime.hpp and backend/gds). Without a hook installed, each wrapper is the call itself
+// plus one predictable branch. The doctor's read-only probes are diagnostics, not data paths,
+// and call libc directly.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
 #include <cstddef>
 
+#include "shim/fault_hook.hpp"
+
 namespace ferry::sys {
-
-/// Called before each system call with its name and, for transfers, the byte count, which the
-/// hook may lower to force a short transfer. Return -1 with errno set to fail the call, 0 to
-/// let it run. Installed by tests only.
-using fault_hook = int (*)(const char* call, std::size_t* length);
-extern std::atomic<fault_hook> hook;
-
-inline int inject(const char* call, std::size_t* length = nullptr) {
-    fault_hook h = hook.load(std::memory_order_relaxed);
-    return h ? h(call, length) : 0;
-}
 
 inline int open(const char* path, int flags, mode_t mode = 0) {
     if (inject("open")) return -1;
@@ -39,6 +33,10 @@ inline int fstat(int fd, struct stat* st) {
     if (inject("fstat")) return -1;
     return ::fstat(fd, st);
 }
+inline int stat(const char* path, struct stat* st) {
+    if (inject("stat")) return -1;
+    return ::stat(path, st);
+}
 inline int fsync(int fd) {
     if (inject("fsync")) return -1;
     return ::fsync(fd);
@@ -46,6 +44,39 @@ inline int fsync(int fd) {
 inline int ftruncate(int fd, off_t size) {
     if (inject("ftruncate")) return -1;
     return ::ftruncate(fd, size);
+}
+inline int fcntl(int fd, int cmd, int arg = 0) {
+    if (inject("fcntl")) return -1;
+    return ::fcntl(fd, cmd, arg);
+}
+inline int flock(int fd, int op) {
+    if (inject("flock")) return -1;
+    return ::flock(fd, op);
+}
+inline int chmod(const char* path, mode_t mode) {
+    if (inject("chmod")) return -1;
+    return ::chmod(path, mode);
+}
+inline int rename(const char* from, const char* to) {
+    if (inject("rename")) return -1;
+    return ::rename(from, to);
+}
+inline int unlink(const char* path) {
+    if (inject("unlink")) return -1;
+    return ::unlink(path);
+}
+/// Linux releases the descriptor even when close reports an error (EIO from a deferred write,
+/// say), so an injected failure closes it too: a test sees the error without a leak that the
+/// real call could never cause.
+inline int close(int fd) {
+    int injected = inject("close");
+    int e = errno;
+    int rc = ::close(fd);
+    if (injected) {
+        errno = e;
+        return -1;
+    }
+    return rc;
 }
 
 }  // namespace ferry::sys

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -97,8 +98,33 @@ struct fault_plan {
     static inline std::atomic<int> error{EIO};
     static inline std::atomic<fault_kind> kind{fault_kind::eintr};
     static inline std::atomic<bool> whole_blocks{false};  ///< short counts stay 4096-aligned (O_DIRECT)
+    static inline std::mutex hit_mutex;
+    static inline std::set<std::string> hit;  ///< names of the calls that were failed or shortened
 
-    static bool transfer(std::string_view call) { return call == "pread" || call == "pwrite"; }
+    /// The calls that move data and may legitimately be interrupted or come up short.
+    static bool transfer(std::string_view call) {
+        return call == "pread" || call == "pwrite" || call == "cuFileRead" || call == "cuFileWrite";
+    }
+    /// Calls behind the CUDA seam (cuda/cuda_runtime.hpp): runtime calls and kernel launches.
+    static bool cuda_call(std::string_view call) {
+        return call.substr(0, 4) == "cuda" || call == "kernel launch";
+    }
+
+    static void record(const char* call) {
+        ++injected;
+        std::lock_guard lock(hit_mutex);
+        hit.insert(call);
+    }
+    static bool was_hit(std::string_view call) {
+        std::lock_guard lock(hit_mutex);
+        return hit.count(std::string(call)) != 0;
+    }
+    static bool any_hit(bool (*which)(std::string_view)) {
+        std::lock_guard lock(hit_mutex);
+        for (const auto& c : hit)
+            if (which(c)) return true;
+        return false;
+    }
 
     static int hook(const char* call, std::size_t* length) {
         fault_kind how = kind.load();
@@ -106,14 +132,14 @@ struct fault_plan {
         int n = ++seen;
         if (how == fault_kind::persistent) {
             if (n < k.load()) return 0;
-            ++injected;
+            record(call);
             errno = error.load();
             return -1;
         }
         if (n != k.load()) return 0;
         switch (how) {
-            case fault_kind::eintr: errno = EINTR; ++injected; return -1;
-            case fault_kind::eagain: errno = EAGAIN; ++injected; return -1;
+            case fault_kind::eintr: record(call); errno = EINTR; return -1;
+            case fault_kind::eagain: record(call); errno = EAGAIN; return -1;
             default: break;
         }
         if (!length || *length < 2) return 0;
@@ -121,7 +147,7 @@ struct fault_plan {
         if (whole_blocks.load()) shorter = shorter / 4096 * 4096;
         if (shorter == 0) return 0;
         *length = shorter;
-        ++injected;
+        record(call);
         return 0;
     }
 
@@ -132,6 +158,10 @@ struct fault_plan {
         error = err;
         seen = 0;
         injected = 0;
+        {
+            std::lock_guard lock(hit_mutex);
+            hit.clear();
+        }
         sys::hook = &hook;
     }
     static void disarm() { sys::hook = nullptr; }

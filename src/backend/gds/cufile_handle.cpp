@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "io/posix_io.hpp"
+#include "shim/fault_hook.hpp"
 
 namespace ferry::detail {
 
@@ -13,6 +14,10 @@ cufile_handle::cufile_handle(int fd) {
     d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
     d.handle.fd = fd;
     CUfileHandle_t h = nullptr;
+    if (sys::inject("cuFileHandleRegister")) {  // fault-injection seam: as a refusal by cuFile
+        status_ = CU_FILE_INTERNAL_ERROR;
+        return;
+    }
     CUfileError_t st = shim::cufile_functions().handle_register(&h, &d);
     status_ = st.err;
     if (st.err == CU_FILE_SUCCESS) handle_ = h;
@@ -55,10 +60,12 @@ void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std
     std::size_t done = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
-        ssize_t r = shim::cufile_functions().read(h.get(), base, want, static_cast<off_t>(offset + done),
-                                                  static_cast<off_t>(buffer_offset + done));
+        ssize_t r = sys::inject("cuFileRead", &want)
+                        ? -1
+                        : shim::cufile_functions().read(h.get(), base, want, static_cast<off_t>(offset + done),
+                                                        static_cast<off_t>(buffer_offset + done));
         if (r < 0) {
-            if (r == -1 && errno == EINTR) continue;
+            if (r == -1 && (errno == EINTR || errno == EAGAIN)) continue;
             throw_io(r, "cuFileRead failed", where);
         }
         if (r == 0) throw end_of_file_error(where, offset + done);
@@ -71,10 +78,12 @@ void gds_write(const cufile_handle& h, const void* base, std::size_t buffer_offs
     std::size_t done = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
-        ssize_t r = shim::cufile_functions().write(h.get(), base, want, static_cast<off_t>(offset + done),
-                                                   static_cast<off_t>(buffer_offset + done));
+        ssize_t r = sys::inject("cuFileWrite", &want)
+                        ? -1
+                        : shim::cufile_functions().write(h.get(), base, want, static_cast<off_t>(offset + done),
+                                                         static_cast<off_t>(buffer_offset + done));
         if (r < 0) {
-            if (r == -1 && errno == EINTR) continue;
+            if (r == -1 && (errno == EINTR || errno == EAGAIN)) continue;
             throw_io(r, "cuFileWrite failed", where);
         }
         if (r == 0) throw system_error(ENOSPC, "cuFileWrite made no progress", where);

@@ -13,7 +13,7 @@ namespace {
 
 // Waits for every copy this slot queued on `q` and marks its buffers free.
 void drain(staging_slot& slot, staging_slot::device_queue& q, const io_context& where) {
-    cuda_check(cudaStreamSynchronize(q.stream), "cudaStreamSynchronize (staged)", where);
+    cuda_check(FERRY_CUDA(cudaStreamSynchronize, q.stream), "cudaStreamSynchronize (staged)", where);
     std::fill(slot.pending.begin(), slot.pending.end(), nullptr);
 }
 
@@ -39,9 +39,9 @@ void staged_read(staging_slot& slot, std::size_t buffer_size, const staged_sourc
                 host_read(src.fd, buf, len, offset + pos, at);
             }
             if (to_device) {
-                cuda_check(cudaMemcpyAsync(dst + pos, data, len, cudaMemcpyHostToDevice, q->stream),
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst + pos, data, len, cudaMemcpyHostToDevice, q->stream),
                            "cudaMemcpyAsync (staged read)", at);
-                cuda_check(cudaEventRecord(q->events[i], q->stream), "cudaEventRecord (staged)", at);
+                cuda_check(FERRY_CUDA(cudaEventRecord, q->events[i], q->stream), "cudaEventRecord (staged)", at);
                 slot.pending[i] = q->events[i];
             } else {
                 std::memcpy(dst + pos, data, len);
@@ -77,9 +77,9 @@ void staged_write(staging_slot& slot, std::size_t buffer_size, int fd, const cha
         slot.next = (slot.next + 1) % nbuf;
         slot.wait_free(i);
         io_context at{where.path, offset + issued, len};
-        cuda_check(cudaMemcpyAsync(slot.buffers[i], src + issued, len, cudaMemcpyDeviceToHost, q.stream),
+        cuda_check(FERRY_CUDA(cudaMemcpyAsync, slot.buffers[i], src + issued, len, cudaMemcpyDeviceToHost, q.stream),
                    "cudaMemcpyAsync (staged write)", at);
-        cuda_check(cudaEventRecord(q.events[i], q.stream), "cudaEventRecord (staged)", at);
+        cuda_check(FERRY_CUDA(cudaEventRecord, q.events[i], q.stream), "cudaEventRecord (staged)", at);
         slot.pending[i] = q.events[i];
         ring.push_back({i, issued, len});
         issued += len;

@@ -16,9 +16,16 @@ staging_slot::device_queue& staging_slot::on_device(int device) {
     if (it != devices.end()) return it->second;
     set_device(device);
     device_queue q;
-    cuda_check(cudaStreamCreateWithFlags(&q.stream, cudaStreamNonBlocking), "cudaStreamCreate (staging)");
-    q.events.resize(buffers.size());
-    for (auto& e : q.events) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (staging)");
+    cuda_check(FERRY_CUDA(cudaStreamCreateWithFlags, &q.stream, cudaStreamNonBlocking), "cudaStreamCreate (staging)");
+    q.events.assign(buffers.size(), nullptr);
+    for (auto& e : q.events) {
+        cudaError_t rc = FERRY_CUDA(cudaEventCreateWithFlags, &e, cudaEventDisableTiming);
+        if (rc == cudaSuccess) continue;
+        for (auto made : q.events)
+            if (made) cudaEventDestroy(made);
+        cudaStreamDestroy(q.stream);
+        cuda_check(rc, "cudaEventCreate (staging)");
+    }
     return devices.emplace(device, std::move(q)).first->second;
 }
 
@@ -26,7 +33,7 @@ void staging_slot::wait_free(std::size_t i) {
     if (!pending[i]) return;
     cudaEvent_t e = pending[i];
     pending[i] = nullptr;
-    cuda_check(cudaEventSynchronize(e), "cudaEventSynchronize (staging buffer reuse)");
+    cuda_check(FERRY_CUDA(cudaEventSynchronize, e), "cudaEventSynchronize (staging buffer reuse)");
 }
 
 staging_pool::staging_pool(std::size_t workers, std::size_t buffers, std::size_t buffer_size, std::size_t limit)
@@ -46,17 +53,22 @@ staging_pool::~staging_pool() {
         }
     if (!memory_) return;
     note_staging(-static_cast<std::int64_t>(allocated_));
-    if (pinned_) cudaFreeHost(memory_);
-    else std::free(memory_);
+    if (pinned_) {
+        cudaFreeHost(memory_);
+        count_pinned_allocation(-1);
+    } else {
+        std::free(memory_);
+    }
 }
 
 void staging_pool::allocate() {
     std::size_t total = workers_ * buffers_ * buffer_size_;
     if (cuda_available()) {
         void* p = nullptr;
-        cuda_check(cudaHostAlloc(&p, total, cudaHostAllocPortable), "cudaHostAlloc (staging buffers)");
+        cuda_check(FERRY_CUDA(cudaHostAlloc, &p, total, cudaHostAllocPortable), "cudaHostAlloc (staging buffers)");
         memory_ = static_cast<char*>(p);
         pinned_ = true;
+        count_pinned_allocation(+1);
     } else {
         void* p = nullptr;
         if (posix_memalign(&p, 4096, total) != 0) throw std::bad_alloc();
