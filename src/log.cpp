@@ -3,12 +3,16 @@
 #include <cstdio>
 #include <mutex>
 
+#include "io/fork_safe_mutex.hpp"
+
 namespace ferry::detail {
+namespace {
+fork_safe_mutex log_mutex;
+}  // namespace
 
 void log(log_level level, const settings& s, const std::string& message) {
     if (!log_enabled(level, s)) return;
-    static std::mutex m;
-    std::lock_guard lock(m);
+    std::lock_guard lock(log_mutex);
     std::fprintf(stderr, "ferry %s: %s\n", std::string(to_string(level)).c_str(), message.c_str());
 }
 

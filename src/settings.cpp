@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/error.hpp"
+#include "io/fork_safe_mutex.hpp"
 
 namespace ferry {
 namespace {
@@ -41,7 +42,7 @@ std::size_t parse_count(std::string_view name, std::string_view text, std::size_
     return v;
 }
 
-std::mutex global_mutex;
+detail::fork_safe_mutex global_mutex;
 settings* global_settings = nullptr;
 
 constexpr std::string_view names[] = {

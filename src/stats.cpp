@@ -1,8 +1,19 @@
 #include "ferry/stats.hpp"
 
+#include "io/fork_safe_mutex.hpp"
 #include "stats_counter.hpp"
 
 namespace ferry {
+namespace detail {
+namespace {
+// Made at load, not on first use: a fork while a worker was inside a first-use initialization
+// would leave the child's copy of its guard taken for good. Outlives every file, even at exit.
+stats_counter* const process_wide = new stats_counter;
+// Held around every use of the process counter's fallback map, so that fork() never copies
+// its inner lock taken (io/fork_safe_mutex.hpp). The byte counters are lock-free.
+fork_safe_mutex process_mutex;
+}  // namespace
+}  // namespace detail
 
 std::string_view to_string(io_path p) {
     switch (p) {
@@ -61,7 +72,10 @@ io_stats io_stats::operator-(const io_stats& e) const {
     return d;
 }
 
-io_stats process_stats() { return detail::process_counter().snapshot(); }
+io_stats process_stats() {
+    std::lock_guard lock(detail::process_mutex);
+    return detail::process_counter().snapshot();
+}
 
 namespace detail {
 std::atomic<std::uint64_t> staging_in_use{0};
@@ -77,7 +91,10 @@ void note_staging(std::int64_t delta) {
 
 std::uint64_t staging_memory_in_use() { return detail::staging_in_use.load(); }
 std::uint64_t staging_memory_peak() { return detail::staging_peak.load(); }
-void reset_process_stats() { detail::process_counter().reset(); }
+void reset_process_stats() {
+    std::lock_guard lock(detail::process_mutex);
+    detail::process_counter().reset();
+}
 
 namespace detail {
 
@@ -111,9 +128,11 @@ void stats_counter::reset() {
     fallbacks_.clear();
 }
 
-stats_counter& process_counter() {
-    static stats_counter* c = new stats_counter;  // outlives every file, even at exit
-    return *c;
+stats_counter& process_counter() { return *process_wide; }
+
+void note_process_fallback(const std::string& reason) {
+    std::lock_guard lock(process_mutex);
+    process_wide->add_fallback(reason);
 }
 
 }  // namespace detail

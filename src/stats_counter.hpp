@@ -32,7 +32,8 @@ private:
 /// Records pinned staging memory allocated (+) or freed (-).
 void note_staging(std::int64_t delta);
 
-/// The process-wide counters.
+/// The process-wide counters. Count fallbacks through note_process_fallback.
 stats_counter& process_counter();
+void note_process_fallback(const std::string& reason);
 
 }  // namespace ferry::detail

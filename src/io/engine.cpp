@@ -6,7 +6,12 @@
 #include <thread>
 #include <tuple>
 
+#include "io/fork_safe_mutex.hpp"
+
 namespace ferry::detail {
+namespace {
+fork_safe_mutex registry_mutex;  // never left taken in a forked child
+}  // namespace
 
 engine::engine(const settings& r)
     : staging_(r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit),
@@ -21,11 +26,10 @@ std::shared_ptr<engine> engine::shared(const settings& r) {
         pid_t pid = 0;
         std::shared_ptr<engine> e;
     };
-    static std::mutex m;
     // Never destroyed: workers may still be parked at process exit, when joining is unsafe.
     static auto* last = new cached();
     key k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
-    std::lock_guard lock(m);
+    std::lock_guard lock(registry_mutex);
     if (last->e && last->pid != ::getpid()) {
         // A forked child: the parent's workers do not exist here, so the engine can neither
         // run tasks nor be joined. Abandon it (its memory stays) and start afresh.

@@ -97,10 +97,7 @@ struct request_state {
 // ---- open / close ----
 
 file_impl::file_impl(const std::string& path, open_mode mode, const settings& s)
-    : path_(path), mode_(mode), config_(s.resolved()) {
-    // Made here, not first on a worker: a fork while a worker is inside its initialization
-    // leaves the child's copy of the guard taken for good (tests/reliability/fork_test.cpp).
-    process_counter();
+    : path_(path), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
     // O_NONBLOCK so that opening a FIFO by mistake fails below instead of hanging here.
     fd_ = sys::open(path.c_str(), open_flags(mode) | O_NONBLOCK, 0666);
     if (fd_ < 0) throw system_error(errno, "cannot open", {path});
@@ -132,6 +129,11 @@ file_impl::~file_impl() {
 
 void file_impl::check_open() const {
     if (closed_) throw usage_error("file is closed: " + path_);
+    // In a forked child the parent's requests on this file never finish and its engine has no
+    // workers: refuse rather than hang.
+    if (pid_ != ::getpid())
+        throw usage_error("file was opened in process " + std::to_string(pid_) +
+                          " before fork(); open it again in this process: " + path_);
 }
 
 std::uint64_t file_impl::size() const {
@@ -151,7 +153,7 @@ void file_impl::truncate(std::uint64_t size) const {
 
 void file_impl::close() {
     if (closed_.exchange(true)) return;
-    {
+    if (pid_ == ::getpid()) {  // a forked child cannot wait for the parent's requests
         std::unique_lock lock(inflight_mutex_);
         inflight_cv_.wait(lock, [&] { return inflight_ == 0; });
     }
@@ -326,7 +328,7 @@ void file_impl::log_plan_once(const path_plan& p, bool is_write) {
 }
 
 void file_impl::fallback(const std::string& reason) {
-    process_counter().add_fallback(reason);
+    note_process_fallback(reason);
     if (counters_.add_fallback(reason)) log(log_level::info, config_, path_ + ": fallback: " + reason);
 }
 

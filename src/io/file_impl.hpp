@@ -73,6 +73,7 @@ private:
     open_mode mode_;
     settings config_;
     std::shared_ptr<engine> engine_;
+    pid_t pid_;  ///< the process that opened the file (a forked child may not use it)
     int fd_ = -1;
 
     std::mutex direct_mutex_;
