@@ -2,7 +2,9 @@
 # Builds ferry, runs every test and measures it on a GPU machine, in one go, and ends with a
 # short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
 # without network (scripts/deps.sh --bundle).
-#   scripts/gpu-check.sh [all|test|bench] [bench size, default 8G]
+#   scripts/gpu-check.sh [all|test|bench|hot|sanitize] [bench size, default 8G]
+#     hot: only the hot-read sweep of `ferry bench`; sanitize: the test binary under
+#     compute-sanitizer's memcheck, racecheck and initcheck (SANITIZE_TOOLS to pick)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -50,6 +52,33 @@ if [ "$what" = all ] || [ "$what" = test ]; then
     note "pytest: rc $?, $(tail -1 "$out/pytest.log")"
     grep -E "SKIPPED|FAILED|Error" "$out/pytest.log" | head -20
   fi
+fi
+
+if [ "$what" = sanitize ]; then
+  udev_fix
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # Tests that fork, kill processes or only exercise host code stay with the plain run: a
+  # forked child may not touch the parent's CUDA context, and the tool follows children.
+  filter="-fork_during_io.*:crash_safe_write*:thread_pool_stress*:fault_injection.*:settings_regression*"
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck}; do
+    extra=()
+    [ "$tool" = memcheck ] && extra=(--leak-check full)
+    t1=$(date +%s)
+    timeout "${SANITIZE_TIMEOUT:-300}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 --print-limit 50 \
+      $build/tests/ferry_tests --gtest_filter="$filter" >"$out/sanitizer-$tool.log" 2>&1
+    rc=$?
+    note "compute-sanitizer $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1 | sed 's/=* *//'), $(grep -E '^\[  PASSED|^\[  SKIPPED|^\[  FAILED' "$out/sanitizer-$tool.log" | tr '\n' ' '), $(( $(date +%s) - t1 )) s"
+    grep -E "^========= (Invalid|Uninitialized|Race|Error|Leaked|Program hit)" "$out/sanitizer-$tool.log" | sort | uniq -c | head -10
+  done
+fi
+
+if [ "$what" = hot ]; then
+  udev_fix >/dev/null
+  f=$TMPDIR/bench.bin
+  python3 scripts/make_bench_file.py "$f" "$size"
+  echo "\$ ferry bench $f ${BENCH_SWEEP:---threads 16 --task-size 32M --paths staged} --repeat 3" | tee -a "$out/bench.txt"
+  $ferry bench "$f" ${BENCH_SWEEP:---threads 16 --task-size 32M --paths staged} --repeat 3 | tee -a "$out/bench.txt"
+  rm -f "$f"
 fi
 
 if [ "$what" = all ] || [ "$what" = bench ]; then
