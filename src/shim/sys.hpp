@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>  // rename
 
 #include "shim/fault_hook.hpp"
 
