@@ -47,6 +47,12 @@ if [ "$what" = all ] || [ "$what" = test ]; then
   note "ctest skipped: $(grep -c '(Skipped)' "$out/ctest.log" || true)"
   grep -E '\(Skipped\)|\*\*\*Failed|Failed  ' "$out/ctest.log" | head -20
   grep -B2 -A12 '\*\*\*Failed' "$out/ctest.log" | grep -E 'Failure|error|Expected|Which is|\.cpp:' | head -30
+  # ctest keeps the output of failing tests only: the reliability figures come from a direct run.
+  $build/tests/ferry_tests --gtest_filter='*fault_injection*:staging_reuse.*' 2>&1 \
+    | sed -nE 's/.* ([0-9]+) fault-injected runs: ([0-9]+) succeeded \(([0-9]+) absorbed.*, ([0-9]+) typed errors/F \1 \2 \3 \4/p; s/.*figures  \] (.*staged transfers.*)/T \1/p' \
+    | awk '$1 == "F" { r += $2; s += $3; a += $4; t += $5 } $1 == "T" { sub(/^T /, ""); print }
+           END { printf "fault loops (host and GPU): %d runs, %d succeeded (%d absorbed a persistent fault), %d typed errors\n", r, s, a, t }' \
+    | while read -r line; do note "$line"; done
   if [ -d python/tests ]; then
     PYTHONUNBUFFERED=1 scripts/test-python.sh $build -rs >"$out/pytest.log" 2>&1
     note "pytest: rc $?, $(tail -1 "$out/pytest.log")"
