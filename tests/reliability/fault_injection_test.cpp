@@ -5,9 +5,8 @@
 // operation succeeds byte-exact. A persistent one (EIO, ENOSPC, EDQUOT; EINVAL for O_DIRECT)
 // must surface as ferry::system_error carrying that errno, or be absorbed by a fallback with
 // byte-exact results. Either way: no descriptor leaks, the workers go idle, a save leaves the
-// complete old file (or none) and no temporary file behind, and nothing hangs (watchdog).
-#include <map>
-
+// complete old file (or none), or the complete new one when only the directory fsync after the
+// rename failed, never a torn one; and nothing hangs (watchdog). The loop: fault_loop.hpp.
 #include "fault_loop.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
@@ -146,15 +145,6 @@ TEST_F(fault_injection, save_npy_to_a_new_file) {
 std::vector<named_array> two_tensors(std::uint32_t seed) {
     return {{"weight", pattern_array(dtype::float32, {256, 300}, seed)},
             {"bias", pattern_array(dtype::int16, {3001}, seed + 1)}};
-}
-
-bool same_tensors(const std::vector<named_array>& got, const std::vector<named_array>& want) {
-    if (got.size() != want.size()) return false;
-    std::map<std::string, const array*> by_name;
-    for (const auto& w : want) by_name[w.name] = &w.value;
-    for (const auto& g : got)
-        if (!by_name.count(g.name) || !same_bytes(g.value, *by_name[g.name])) return false;
-    return true;
 }
 
 TEST_F(fault_injection, load_safetensors) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "cuda/cuda_runtime.hpp"
 #include "ferry/ferry.hpp"
+#include "ferry/safetensors.hpp"
 #include "reliability_util.hpp"
 #include "test_util.hpp"
 
@@ -35,6 +37,16 @@ inline bool same_bytes(const array& a, const array& b) {
     const array ha = a.where().kind == memory_kind::device ? a.copy_to(placement::host()) : a;
     const array hb = b.where().kind == memory_kind::device ? b.copy_to(placement::host()) : b;
     return std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
+}
+
+/// The same names with the same bytes, in any order.
+inline bool same_tensors(const std::vector<named_array>& got, const std::vector<named_array>& want) {
+    if (got.size() != want.size()) return false;
+    std::map<std::string, const array*> by_name;
+    for (const auto& w : want) by_name[w.name] = &w.value;
+    for (const auto& g : got)
+        if (!by_name.count(g.name) || !same_bytes(g.value, *by_name[g.name])) return false;
+    return true;
 }
 
 /// One operation under test: prepare() sets the stage with the hook off and drops the result of

@@ -5,8 +5,6 @@
 // error must be the typed one for it (system_error with the errno, cuda_error with the CUDA
 // code, cufile_error), the bytes exact when it succeeds, and no device or pinned allocation,
 // descriptor or busy worker left behind. Needs a GPU; skips without one.
-#include <map>
-
 #include "fault_loop.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
@@ -210,15 +208,6 @@ INSTANTIATE_TEST_SUITE_P(kernels, gpu_npy_fault_injection,
 std::vector<named_array> device_tensors(std::uint32_t seed) {
     return {{"weight", pattern_array(dtype::float32, {256, 300}, seed).copy_to(placement::cuda())},
             {"bias", pattern_array(dtype::bfloat16, {3001}, seed + 1).copy_to(placement::cuda())}};
-}
-
-bool same_tensors(const std::vector<named_array>& got, const std::vector<named_array>& want) {
-    if (got.size() != want.size()) return false;
-    std::map<std::string, const array*> by_name;
-    for (const auto& w : want) by_name[w.name] = &w.value;
-    for (const auto& g : got)
-        if (!by_name.count(g.name) || !same_bytes(g.value, *by_name[g.name])) return false;
-    return true;
 }
 
 TEST_F(gpu_fault_injection, load_safetensors_to_device) {
