@@ -1,5 +1,5 @@
 // Fault injection on the GPU paths: the loop of fault_loop.hpp over reads into and writes from
-// device memory (staged, stream-ordered, cuFile), fromfile, .npy loads that run the byte-swap,
+// device memory (staged, staged with O_DIRECT, stream-ordered, cuFile), fromfile, .npy loads that run the byte-swap,
 // conversion and transpose kernels, and safetensors and .npy saves from device memory. The
 // k-th call may be a system call, a CUDA runtime call, a kernel launch or a cuFile call; the
 // error must be the typed one for it (system_error with the errno, cuda_error with the CUDA
@@ -64,6 +64,35 @@ TEST_F(gpu_fault_injection, read_to_device_staged) {
     };
     op.ok = [&] { EXPECT_TRUE(device_bytes(dst.data(), file_bytes) == expect) << "bytes differ"; };
     gpu_faults(op);
+}
+
+TEST_F(gpu_fault_injection, read_to_device_staged_direct) {
+    std::string path = dir_ / "in.bin";
+    write_pattern_file(path, file_bytes);
+    settings s = small_settings();
+    s.direct_io = direct_io_mode::on;
+    s.gds = gds_mode::off;
+    device_buffer dst(file_bytes);
+    {
+        file f(path, open_mode::read, s);
+        f.read(dst.data(), file_bytes, 0);
+        if (f.stats().reads(io_path::staged_direct).bytes == 0)
+            GTEST_SKIP() << "the file system here refuses O_DIRECT (" << dir_.path() << ")";
+    }
+    const std::uint64_t offset = 1000;  // unaligned on purpose
+    const std::size_t n = file_bytes - offset - 7;
+    const auto expect = pattern(n, offset);
+    operation op;
+    op.name = "file::read (device, staged+direct)";
+    op.prepare = [&] { fill_memory(dst.data(), 0, file_bytes); };
+    op.run = [&] {
+        file f(path, open_mode::read, s);
+        f.read(dst.data(), n, offset);
+    };
+    op.ok = [&] { EXPECT_TRUE(device_bytes(dst.data(), n) == expect) << "bytes differ"; };
+    fault_plan::whole_blocks = true;  // O_DIRECT transfers move whole blocks, short or not
+    gpu_faults(op);
+    fault_plan::whole_blocks = false;
 }
 
 TEST_F(gpu_fault_injection, read_to_device_stream_ordered) {
