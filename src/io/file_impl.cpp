@@ -82,13 +82,18 @@ struct request_state {
             if (!error) error = e;
         }
         if (remaining.fetch_sub(1) != 1) return;
+        // Let go of the file before the caller wakes: the other tasks' closures, which the pool
+        // destroys a moment later, still hold this state, and with it the file's descriptors
+        // would outlive the caller's last handle.
+        std::shared_ptr<file_impl> f = std::move(file);
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
-        if (!error) file->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
+        if (!error) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
         {
-            std::lock_guard lock(file->inflight_mutex_);
-            --file->inflight_;
+            std::lock_guard lock(f->inflight_mutex_);
+            --f->inflight_;
         }
-        file->inflight_cv_.notify_all();
+        f->inflight_cv_.notify_all();
+        f.reset();
         if (error) done.set_exception(error);
         else done.set_value(r.n);
     }
@@ -473,11 +478,16 @@ struct stream_op {
 // work goes to ferry's workers, and the stream waits here until they finish.
 void CUDART_CB run_stream_op(void* p) {
     std::unique_ptr<stream_op> op(static_cast<stream_op*>(p));
+    std::size_t n = 0;
+    std::exception_ptr error;
     try {
-        op->done.set_value(op->file->start(op->r).get());
+        n = op->file->start(op->r).get();
     } catch (...) {
-        op->done.set_exception(std::current_exception());
+        error = std::current_exception();
     }
+    op->file.reset();  // before the caller wakes (see request_state::task_done)
+    if (error) op->done.set_exception(error);
+    else op->done.set_value(n);
 }
 
 }  // namespace
