@@ -83,8 +83,8 @@ struct request_state {
         }
         if (remaining.fetch_sub(1) != 1) return;
         // Let go of the file before the caller wakes: the other tasks' closures, which the pool
-        // destroys a moment later, still hold this state, and with it the file's descriptors
-        // would outlive the caller's last handle.
+        // destroys a moment later, still hold this state, and the file object (its descriptors
+        // are closed by the handle either way) would otherwise outlive the caller's last handle.
         std::shared_ptr<file_impl> f = std::move(file);
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
         if (!error) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);

@@ -132,7 +132,7 @@ inline loop_totals fault_loop(const operation& op, fault_kind kind, int error = 
             op.failed();
         }
         op.prepare();  // drops the result, so that what is still allocated is what leaked
-        EXPECT_EQ(open_fds(), fds) << label << ", k = " << k << ": descriptors leaked";
+        EXPECT_EQ(open_fds(), fds) << label << ", k = " << k << ": descriptors leaked; open now:" << fd_listing();
         const auto now = detail::live_cuda_allocations();
         EXPECT_EQ(now.device, allocations.device) << label << ", k = " << k << ": device allocations leaked";
         EXPECT_EQ(now.pinned, allocations.pinned) << label << ", k = " << k << ": pinned allocations leaked";
