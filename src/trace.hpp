@@ -6,10 +6,10 @@
 
 namespace ferry::detail {
 
-inline nvtxDomainHandle_t trace_domain() {
-    static nvtxDomainHandle_t d = nvtxDomainCreateA("ferry");
-    return d;
-}
+// Made at load, not on first use: a fork inside a first-use initialization would leave its
+// guard taken in the child.
+inline const nvtxDomainHandle_t trace_domain_handle = nvtxDomainCreateA("ferry");
+inline nvtxDomainHandle_t trace_domain() { return trace_domain_handle; }
 
 /// A scoped range; `name` must outlive the range (use string literals or stable strings).
 class trace_range {

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <unistd.h>
+
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -16,22 +18,46 @@ struct cuda_probe {
     std::string reason;
 };
 
+cuda_probe run_probe() {
+    cuda_probe r;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        r.reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+        cudaGetLastError();
+    } else if (n == 0) {
+        r.reason = "no CUDA device found";
+    } else {
+        r.devices = n;
+    }
+    return r;
+}
+
+// The probe runs once per process. Not as a function-local static: cudaGetDeviceCount can take
+// a while (it loads the driver), and a fork while another thread was inside it would leave the
+// child's copy of the static's guard taken for good, hanging the child's first request
+// (tests/reliability/fork_test.cpp). `probe_state` is 0 before, the pid of the process whose
+// thread is probing during, and -1 after; a forked child that inherits a probe in progress
+// knows it by the pid and does not wait for a thread it does not have.
+std::atomic<long> probe_state{0};
+cuda_probe probe_result;
+const cuda_probe forked_mid_probe{0, "this process was forked while CUDA was being initialized"};
+
 const cuda_probe& probe() {
-    static const cuda_probe p = [] {
-        cuda_probe r;
-        int n = 0;
-        cudaError_t e = cudaGetDeviceCount(&n);
-        if (e != cudaSuccess) {
-            r.reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
-            cudaGetLastError();
-        } else if (n == 0) {
-            r.reason = "no CUDA device found";
-        } else {
-            r.devices = n;
-        }
-        return r;
-    }();
-    return p;
+    const long me = static_cast<long>(::getpid());
+    long s = probe_state.load(std::memory_order_acquire);
+    if (s == 0 && probe_state.compare_exchange_strong(s, me, std::memory_order_acq_rel)) {
+        probe_result = run_probe();
+        probe_state.store(-1, std::memory_order_release);
+        probe_state.notify_all();
+        return probe_result;
+    }
+    while (s != -1) {
+        if (s != me) return forked_mid_probe;
+        probe_state.wait(s, std::memory_order_acquire);
+        s = probe_state.load(std::memory_order_acquire);
+    }
+    return probe_result;
 }
 
 std::atomic<long> live_device{0};

@@ -11,6 +11,15 @@
 namespace ferry::detail {
 namespace {
 fork_safe_mutex registry_mutex;  // never left taken in a forked child
+struct cached {
+    std::tuple<std::size_t, std::size_t, std::size_t, std::size_t> k;
+    pid_t pid = 0;
+    std::shared_ptr<engine> e;
+};
+// Made at load, not on first use (a fork inside a first-use initialization would leave its
+// guard taken in the child), and never destroyed: workers may still be parked at process exit,
+// when joining is unsafe.
+cached* const last = new cached();
 }  // namespace
 
 engine::engine(const settings& r)
@@ -21,13 +30,6 @@ engine::~engine() = default;
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
     using key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
-    struct cached {
-        key k;
-        pid_t pid = 0;
-        std::shared_ptr<engine> e;
-    };
-    // Never destroyed: workers may still be parked at process exit, when joining is unsafe.
-    static auto* last = new cached();
     key k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
     std::lock_guard lock(registry_mutex);
     if (last->e && last->pid != ::getpid()) {
