@@ -44,8 +44,9 @@ cuda_probe probe_result;
 const cuda_probe forked_mid_probe{0, "this process was forked while CUDA was being initialized"};
 
 const cuda_probe& probe() {
-    const long me = static_cast<long>(::getpid());
     long s = probe_state.load(std::memory_order_acquire);
+    if (s == -1) return probe_result;  // every call after the first: no system call
+    const long me = static_cast<long>(::getpid());
     if (s == 0 && probe_state.compare_exchange_strong(s, me, std::memory_order_acq_rel)) {
         probe_result = run_probe();
         probe_state.store(-1, std::memory_order_release);
