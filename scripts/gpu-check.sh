@@ -4,7 +4,8 @@
 # without network (scripts/deps.sh --bundle).
 #   scripts/gpu-check.sh [all|test|bench|hot|sanitize] [bench size, default 8G]
 #     hot: only the hot-read sweep of `ferry bench`; sanitize: the test binary under
-#     compute-sanitizer's memcheck, racecheck and initcheck (SANITIZE_TOOLS to pick)
+#     compute-sanitizer's memcheck, racecheck and initcheck side by side (SANITIZE_TOOLS to
+#     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -67,21 +68,30 @@ if [ "$what" = sanitize ]; then
   # forked child may not touch the parent's CUDA context. Child processes (the CLI tests) run
   # uninstrumented: the library code they run is the same, checked here in-process.
   host_only="fork_during_io.*:crash_safe_write*:thread_pool_stress*:fault_injection.*:settings_regression*:cli_*:Cli*:file.gds_on_without_cufile*:python_crosscheck*"
-  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck}; do
-    extra=()
+  # The tools run side by side, each over the whole filtered suite in its own process: the GPU
+  # and the 16 cores have room for three, and one call then covers all of them.
+  sanitize_one() {  # sanitize_one TOOL: its log in $out, its exit status and seconds in $TMPDIR
+    local tool=$1 extra=() var="SANITIZE_FILTER_$1" filter
     [ "$tool" = memcheck ] && extra=(--leak-check full)
-    var="SANITIZE_FILTER_$tool"; filter=${!var:--$host_only}
-    t1=$(date +%s)
-    timeout "${SANITIZE_TIMEOUT:-300}" "$cs" --tool "$tool" "${extra[@]}" --target-processes application-only \
-      --print-limit 100 $build/tests/ferry_tests --gtest_filter="$filter" >"$out/sanitizer-$tool.log" 2>&1
-    rc=$?
+    filter=${!var:--$host_only}
+    local t1; t1=$(date +%s)
+    TMPDIR=$TMPDIR/$tool timeout "${SANITIZE_TIMEOUT:-300}" "$cs" --tool "$tool" "${extra[@]}" \
+      --target-processes application-only --print-limit 100 \
+      $build/tests/ferry_tests --gtest_filter="$filter" >"$out/sanitizer-$tool.log" 2>&1
+    echo "$? $(( $(date +%s) - t1 ))" >"$TMPDIR/sanitizer-$tool.rc"
+  }
+  tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck}
+  for tool in $tools; do mkdir -p "$TMPDIR/$tool"; sanitize_one "$tool" & done
+  wait
+  for tool in $tools; do
+    read -r rc secs <"$TMPDIR/sanitizer-$tool.rc"
     # Each report is a block that starts with an unindented "=========" line; attribute it to
     # libcufile when its backtrace runs through it.
     counts=$(awk '/^========= [A-Z]/ && !/SUMMARY|COMPUTE-SANITIZER/ { n++; cur=n } /^========= *$/ { cur=0 }
                   cur && /libcufile/ { cf[cur]=1 }
                   END { c=0; for (k in cf) c++; printf "%d reports, %d of them inside libcufile", n, c }' \
              "$out/sanitizer-$tool.log")
-    note "compute-sanitizer $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1 | sed 's/=* *//'); $counts; $(grep -cE '^\[       OK' "$out/sanitizer-$tool.log") tests passed, $(grep -cE '^\[  SKIPPED \]' "$out/sanitizer-$tool.log") skipped, $(grep -cE '^\[  FAILED  \].*ms\)' "$out/sanitizer-$tool.log") failed; $(( $(date +%s) - t1 )) s"
+    note "compute-sanitizer $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1 | sed 's/=* *//'); $counts; $(grep -cE '^\[       OK' "$out/sanitizer-$tool.log") tests passed, $(grep -cE '^\[  SKIPPED \]' "$out/sanitizer-$tool.log") skipped, $(grep -cE '^\[  FAILED  \].*ms\)' "$out/sanitizer-$tool.log") failed; $secs s"
     grep -E "^========= [A-Z]" "$out/sanitizer-$tool.log" | grep -v SUMMARY | sed 's/0x[0-9a-f]*/ADDR/g' | sort | uniq -c | head -10
     grep -E "^\[ RUN" "$out/sanitizer-$tool.log" | tail -1
   done
