@@ -73,9 +73,11 @@ public:
     std::future<std::size_t> write_async(const void* src, std::size_t n, std::uint64_t offset) const;
 
     /// Stream-ordered: the read starts after the work queued on `s` before this call and work
-    /// queued on `s` after it starts only once the read completed, on every path (without GDS,
-    /// too). Returns at once. The future reports completion or the error; on error the bytes
-    /// of `dst` are unspecified, and the stream still proceeds.
+    /// queued on `s` after it starts only once the read completed. Returns at once. The future
+    /// reports completion or the error; on error the bytes of `dst` are unspecified, and the
+    /// stream still proceeds. GPU memory goes through ferry's pinned stream lanes (counted as
+    /// `staged`; refused with usage_error under gds_mode::on, which allows cuFile only). A
+    /// request that its stream reaches after close() fails with usage_error.
     std::future<std::size_t> read_async(void* dst, std::size_t n, std::uint64_t offset,
                                         stream_t s) const;
     std::future<std::size_t> write_async(const void* src, std::size_t n, std::uint64_t offset,

@@ -66,7 +66,16 @@ std::atomic<long> live_pinned{0};
 
 }  // namespace
 
+namespace {
+thread_local bool host_function_thread = false;
+}
+
+cuda_host_function_scope::cuda_host_function_scope() { host_function_thread = true; }
+cuda_host_function_scope::~cuda_host_function_scope() { host_function_thread = false; }
+bool in_cuda_host_function() noexcept { return host_function_thread; }
+
 cudaError_t cuda_fault(const char* call) {
+    if (host_function_thread) return cudaErrorNotPermitted;
     if (sys::inject(call) == 0) return cudaSuccess;
     return errno == ENOMEM ? cudaErrorMemoryAllocation : cudaErrorUnknown;
 }

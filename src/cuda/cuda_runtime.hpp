@@ -20,7 +20,19 @@ bool cuda_available();
 /// injected fault stands for (cudaErrorMemoryAllocation for ENOMEM, else cudaErrorUnknown), or
 /// cudaSuccess. Releases (cudaFree, cudaFreeHost, the destroy calls) and the pointer-kind query
 /// are not asked: a failure there is not something a caller could recover from.
+/// On a thread inside a CUDA host function every call fails with cudaErrorNotPermitted: CUDA
+/// forbids them there, and one could deadlock.
 cudaError_t cuda_fault(const char* call);
+
+/// Marks the calling thread as running a CUDA host function (see cuda_fault) while it lives.
+class cuda_host_function_scope {
+public:
+    cuda_host_function_scope();
+    ~cuda_host_function_scope();
+    cuda_host_function_scope(const cuda_host_function_scope&) = delete;
+    cuda_host_function_scope& operator=(const cuda_host_function_scope&) = delete;
+};
+bool in_cuda_host_function() noexcept;
 
 template <class Call>
 cudaError_t cuda_call(const char* name, Call&& call) {

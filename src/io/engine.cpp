@@ -2,10 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <tuple>
 
+#include "cuda/cuda_runtime.hpp"
 #include "io/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
@@ -17,20 +21,66 @@ struct cached {
     std::shared_ptr<engine> e;
 };
 // Made at load, not on first use (a fork inside a first-use initialization would leave its
-// guard taken in the child), and never destroyed: workers may still be parked at process exit,
-// when joining is unsafe.
+// guard taken in the child), and never destroyed by a static destructor, which would run
+// whether or not files still use the engine; release_at_exit below decides instead.
 cached* const last = new cached();
+
+std::atomic<bool> exit_handler_registered{false};
+
+// At exit, the cached engine is taken down when nothing uses it any more, so that its pinned
+// memory and streams go back to CUDA while the runtime is still there (compute-sanitizer's leak
+// check, for one, would report them otherwise). Skipped when a file still holds it, when exit
+// was called on one of its workers, or in a forked child.
+void release_at_exit() {
+    if (thread_pool::worker_index() >= 0) return;
+    std::unique_lock lock(registry_mutex, std::try_to_lock);
+    if (!lock.owns_lock() || !last->e || last->pid != ::getpid() || last->e.use_count() != 1) return;
+    std::shared_ptr<engine> e = std::move(last->e);
+    lock.unlock();
+    e.reset();
+}
+
+constexpr std::size_t lane_count = 4;
+
+// A lane's buffer: eight staging buffers, within what the staging memory limit leaves.
+std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
+    std::size_t used = r.threads * pool.buffers_per_worker() * pool.buffer_size();
+    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / lane_count : 0;
+    std::size_t size = std::min(8 * pool.buffer_size(), left) / (64u << 10) * (64u << 10);
+    return std::max<std::size_t>(size, 64u << 10);
+}
 }  // namespace
 
 engine::engine(const settings& r)
     : staging_(r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit),
-      pool_(r.threads) {}
+      lanes_(lane_count, lane_buffer_size(staging_, r)),
+      pool_(r.threads),
+      threads_(r.threads) {}
 
 engine::~engine() = default;
+
+thread_pool& engine::file_workers() {
+    std::call_once(file_workers_once_, [this] {
+        file_workers_ = std::make_unique<thread_pool>(threads_);
+        file_workers_started_ = file_workers_.get();
+    });
+    return *file_workers_;
+}
+
+std::size_t engine::pending() const {
+    thread_pool* files = file_workers_started_.load();
+    return pool_.pending() + (files ? files->pending() : 0);
+}
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
     using key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
     key k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
+    // Handlers run in reverse order of registration: this one must come after the CUDA
+    // runtime's, which it registers when first used (here, at the latest).
+    // (An atomic, not a function-local static: a fork during its initialization would leave
+    // the child waiting on the guard.)
+    if (!exit_handler_registered.load() && cuda_available() && !exit_handler_registered.exchange(true))
+        std::atexit(release_at_exit);
     std::lock_guard lock(registry_mutex);
     if (last->e && last->pid != ::getpid()) {
         // A forked child: the parent's workers do not exist here, so the engine can neither

@@ -87,7 +87,7 @@ struct request_state {
         // are closed by the handle either way) would otherwise outlive the caller's last handle.
         std::shared_ptr<file_impl> f = std::move(file);
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
-        if (!error) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
+        if (!error && r.counted) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
         {
             std::lock_guard lock(f->inflight_mutex_);
             --f->inflight_;
@@ -426,10 +426,10 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
         default:
             throw usage_error("internal: no path for request");
     }
-    count(r.is_write, used, len, 0, 0);
+    if (r.counted) count(r.is_write, used, len, 0, 0);
 }
 
-std::future<std::size_t> file_impl::start(const request& r) {
+std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers) {
     auto st = std::make_shared<request_state>();
     st->file = shared_from_this();
     st->r = r;
@@ -439,7 +439,8 @@ std::future<std::size_t> file_impl::start(const request& r) {
         return f;
     }
     trace_range range(range_name(r.path, r.is_write));
-    std::size_t threads = engine_->pool().size();
+    thread_pool& pool = workers ? *workers : engine_->pool();
+    std::size_t threads = pool.size();
     std::size_t task = std::clamp<std::size_t>((r.n + threads - 1) / threads, min_task, std::max(min_task, config_.task_size));
     std::size_t tasks = (r.n + task - 1) / task;
     {
@@ -461,47 +462,8 @@ std::future<std::size_t> file_impl::start(const request& r) {
             st->task_done(e);
         };
         if (run_here) body();
-        else engine_->pool().submit(std::move(body));
+        else pool.submit(std::move(body));
     }
-    return f;
-}
-
-namespace {
-
-struct stream_op {
-    std::shared_ptr<file_impl> file;
-    request r;
-    std::promise<std::size_t> done;
-};
-
-// Runs on CUDA's host-function thread, in stream order: it may not call CUDA itself, so the
-// work goes to ferry's workers, and the stream waits here until they finish.
-void CUDART_CB run_stream_op(void* p) {
-    std::unique_ptr<stream_op> op(static_cast<stream_op*>(p));
-    std::size_t n = 0;
-    std::exception_ptr error;
-    try {
-        n = op->file->start(op->r).get();
-    } catch (...) {
-        error = std::current_exception();
-    }
-    op->file.reset();  // before the caller wakes (see request_state::task_done)
-    if (error) op->done.set_exception(error);
-    else op->done.set_value(n);
-}
-
-}  // namespace
-
-std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s) {
-    if (!cuda_available()) throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {path_});
-    auto op = std::make_unique<stream_op>();
-    op->file = shared_from_this();
-    op->r = r;
-    std::future<std::size_t> f = op->done.get_future();
-    if (r.kind == memory_kind::device || r.kind == memory_kind::managed) set_device(r.device);
-    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, reinterpret_cast<cudaStream_t>(s), run_stream_op, op.get()),
-               "cudaLaunchHostFunc", {path_, r.offset, r.n});
-    op.release();
     return f;
 }
 

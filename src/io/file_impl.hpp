@@ -31,6 +31,8 @@ struct request {
     memory_kind kind = memory_kind::host;
     int device = 0;
     io_path path = io_path::host;
+    /// False for the file side of a stream-ordered request, which counts once, as a whole.
+    bool counted = true;
 };
 
 class file_impl : public std::enable_shared_from_this<file_impl> {
@@ -45,10 +47,15 @@ public:
     /// Validates and plans a request; for reads with `exact`, throws end_of_file_error when
     /// the file is too short, and without it shortens n to what the file has.
     request prepare(bool is_write, const void* mem, std::size_t n, std::uint64_t offset, bool exact);
-    /// Runs a prepared request on the workers; the future holds n or the first error.
-    std::future<std::size_t> start(const request& r);
-    /// Runs a prepared request in stream order on `s`.
+    /// Runs a prepared request on the engine's workers (or on `workers`); the future holds n
+    /// or the first error.
+    std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr);
+    /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp).
     std::future<std::size_t> start_on_stream(const request& r, stream_t s);
+    /// The file side of a stream-ordered request: bytes [pos, pos + len) of `r` between the file
+    /// and host memory at `host`, on the file workers; waits for them. Runs in a CUDA host
+    /// function, so it makes no CUDA call and waits on no CUDA work.
+    void run_file_side(const request& r, std::size_t pos, std::size_t len, char* host);
 
     path_plan plan(memory_kind kind, std::size_t n, bool is_write);
     io_stats stats() const { return counters_.snapshot(); }
@@ -58,6 +65,7 @@ public:
 
 private:
     friend struct request_state;
+    friend struct stream_request;
     void check_open() const;
     void run_task(const request& r, std::size_t pos, std::size_t len);
     void count(bool is_write, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);

@@ -2,8 +2,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <future>
 
 #include "ferry/ferry.hpp"
+#include "reliability/reliability_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -12,20 +14,28 @@ struct stream_case {
     const char* name;
     ferry::gds_mode gds;
     ferry::direct_io_mode direct;
+    std::size_t staging_buffer_size = 0;  // 64 KiB: 512 KiB lanes, so a request spans many chunks
 };
 
-class stream_order : public ::testing::TestWithParam<stream_case> {};
+class stream_order : public ::testing::TestWithParam<stream_case> {
+protected:
+    static ferry::settings settings_for(const stream_case& c) {
+        ferry::settings s;
+        s.gds = c.gds;
+        s.direct_io = c.direct;
+        s.gds_threshold = 0;
+        s.staging_buffer_size = c.staging_buffer_size;
+        return s;
+    }
+};
 
 TEST_P(stream_order, read_runs_after_earlier_work_and_before_later_work) {
     FERRY_REQUIRE_GPU();
     ferry::test::temp_dir d;
     const std::size_t n = 64u << 20;
     ferry::test::write_pattern_file(d / "a", n);
-    ferry::settings s;
+    ferry::settings s = settings_for(GetParam());
     s.threads = 8;
-    s.gds = GetParam().gds;
-    s.direct_io = GetParam().direct;
-    s.gds_threshold = 0;
     ferry::file f(d / "a", ferry::open_mode::read, s);
     ferry::device_buffer dev(n);
     ferry::pinned_buffer poison(n), back(n);
@@ -51,9 +61,7 @@ TEST_P(stream_order, write_sees_earlier_work) {
     FERRY_REQUIRE_GPU();
     ferry::test::temp_dir d;
     const std::size_t n = 32u << 20;
-    ferry::settings s;
-    s.gds = GetParam().gds;
-    s.gds_threshold = 0;
+    ferry::settings s = settings_for(GetParam());
     ferry::device_buffer dev(n);
     ferry::stream st;
     cudaStream_t cs = st.get();
@@ -74,8 +82,7 @@ TEST_P(stream_order, an_error_reaches_the_future_and_the_stream_goes_on) {
     FERRY_REQUIRE_GPU();
     ferry::test::temp_dir d;
     ferry::test::write_pattern_file(d / "a", 1u << 20);
-    ferry::settings s;
-    s.gds = GetParam().gds;
+    ferry::settings s = settings_for(GetParam());
     ferry::file f(d / "a", ferry::open_mode::read, s);
     ferry::device_buffer dev(4u << 20);
     ferry::stream st;
@@ -83,10 +90,75 @@ TEST_P(stream_order, an_error_reaches_the_future_and_the_stream_goes_on) {
     st.synchronize();
 }
 
+// Host memory on a stream: the read lands after the stream's earlier work (a copy that writes
+// the same buffer) and before its later work (a copy of the buffer to the GPU).
+TEST_P(stream_order, read_to_host_memory_keeps_stream_order) {
+    FERRY_REQUIRE_GPU();
+    ferry::test::temp_dir d;
+    const std::size_t n = 8u << 20;
+    ferry::test::write_pattern_file(d / "a", n);
+    ferry::file f(d / "a", ferry::open_mode::read, settings_for(GetParam()));
+    ferry::device_buffer poison(n), dev(n);
+    ASSERT_EQ(cudaMemset(poison.data(), 0xEE, n), cudaSuccess);
+    ferry::pinned_buffer host(n);
+    std::vector<std::uint8_t> back(n);
+    ferry::stream st;
+    cudaStream_t cs = st.get();
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), poison.data(), n, cudaMemcpyDeviceToHost, cs), cudaSuccess);
+    auto fu = f.read_async(host.data(), n, 0, cs);
+    ASSERT_EQ(cudaMemcpyAsync(dev.data(), host.data(), n, cudaMemcpyHostToDevice, cs), cudaSuccess);
+    st.synchronize();
+    EXPECT_EQ(fu.get(), n);
+    ferry::copy_memory(back.data(), dev.data(), n);
+    EXPECT_TRUE(back == ferry::test::pattern(n));
+    EXPECT_EQ(f.stats().reads(ferry::io_path::host).bytes, n);
+}
+
+// A file closed while its stream has not yet reached a request: close() does not wait for the
+// stream, and the request ends with a usage_error instead of touching a closed descriptor.
+TEST_P(stream_order, a_file_closed_before_its_stream_arrives_fails_the_request) {
+    FERRY_REQUIRE_GPU();
+    ferry::test::temp_dir d;
+    const std::size_t n = 4u << 20;
+    ferry::test::write_pattern_file(d / "a", n);
+    ferry::file f(d / "a", ferry::open_mode::read, settings_for(GetParam()));
+    ferry::device_buffer dev(n);
+    ferry::stream st;
+    // Hold the stream with a host function that waits for the test (on the CPU only).
+    std::promise<void> gate;
+    std::shared_future<void> open_gate = gate.get_future().share();
+    auto hold = [](void* p) { static_cast<std::shared_future<void>*>(p)->wait(); };
+    ASSERT_EQ(cudaLaunchHostFunc(st.get(), hold, &open_gate), cudaSuccess);
+    auto fu = f.read_async(dev.data(), n, 0, st.get());
+    ferry::test::within(std::chrono::seconds(30), "close with a stream-ordered read queued", [&] { f.close(); });
+    gate.set_value();
+    st.synchronize();
+    EXPECT_THROW(fu.get(), ferry::usage_error);
+}
+
+TEST_P(stream_order, gds_on_is_refused_for_device_memory_on_a_stream) {
+    FERRY_REQUIRE_GPU();
+    if (GetParam().gds != ferry::gds_mode::auto_) GTEST_SKIP() << "one case is enough";
+    ferry::test::temp_dir d;
+    ferry::test::write_pattern_file(d / "a", 1u << 20);
+    ferry::settings s = settings_for(GetParam());
+    s.gds = ferry::gds_mode::on;
+    ferry::file f(d / "a", ferry::open_mode::read, s);
+    ferry::device_buffer dev(1u << 20);
+    const ferry::path_plan plan = f.plan();
+    if (plan.path != ferry::io_path::gds && plan.path != ferry::io_path::cufile_compat)
+        GTEST_SKIP() << "cuFile cannot be used for this file here: "
+                     << (plan.reasons.empty() ? std::string("no reason given") : plan.reasons.back());
+    ferry::stream st;
+    EXPECT_THROW(f.read_async(dev.data(), 1u << 20, 0, st.get()), ferry::usage_error);
+    EXPECT_EQ(f.read(dev.data(), 1u << 20, 0), 1u << 20);  // without a stream, cuFile it is
+}
+
 const stream_case cases[] = {
     {"staged", ferry::gds_mode::off, ferry::direct_io_mode::off},
     {"staged_direct", ferry::gds_mode::off, ferry::direct_io_mode::on},
     {"gds_auto", ferry::gds_mode::auto_, ferry::direct_io_mode::off},
+    {"many_chunks", ferry::gds_mode::off, ferry::direct_io_mode::off, 64u << 10},
 };
 INSTANTIATE_TEST_SUITE_P(paths, stream_order, ::testing::ValuesIn(cases),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -1,10 +1,10 @@
 // Fault injection on the GPU paths: the loop of fault_loop.hpp over reads into and writes from
-// device memory (staged, staged with O_DIRECT, stream-ordered, cuFile), fromfile, .npy loads that run the byte-swap,
-// conversion and transpose kernels, and safetensors and .npy saves from device memory. The
-// k-th call may be a system call, a CUDA runtime call, a kernel launch or a cuFile call; the
-// error must be the typed one for it (system_error with the errno, cuda_error with the CUDA
-// code, cufile_error), the bytes exact when it succeeds, and no device or pinned allocation,
-// descriptor or busy worker left behind. Needs a GPU; skips without one.
+// device memory (staged, staged with O_DIRECT, stream-ordered, cuFile), fromfile, .npy loads
+// that run the byte-swap, conversion and transpose kernels, and safetensors and .npy saves
+// from device memory. The k-th call may be a system call, a CUDA runtime call, a kernel launch
+// or a cuFile call; the error must be the typed one for it (system_error with the errno,
+// cuda_error with the CUDA code, cufile_error), the bytes exact when it succeeds, and no device
+// or pinned allocation, descriptor or busy worker left behind. Needs a GPU; skips without one.
 #include "fault_loop.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
@@ -102,15 +102,42 @@ TEST_F(gpu_fault_injection, read_to_device_stream_ordered) {
     device_buffer dst(file_bytes);
     stream st;
     operation op;
+    settings s = small_settings();
+    s.staging_buffer_size = 64 << 10;  // 512 KiB stream lanes: the request spans three of them
+    settings::set_global(s);           // the engine the loop checks for idle workers
     op.name = "file::read_async (device, on a stream)";
     op.prepare = [&] { fill_memory(dst.data(), 0, file_bytes); };
     op.run = [&] {
-        file f(path);
+        file f(path, open_mode::read, s);
         auto done = f.read_async(dst.data(), file_bytes, 0, st.get());
         done.get();
         st.synchronize();
     };
     op.ok = [&] { EXPECT_TRUE(device_bytes(dst.data(), file_bytes) == expect) << "bytes differ"; };
+    gpu_faults(op);
+}
+
+TEST_F(gpu_fault_injection, write_from_device_stream_ordered) {
+    std::string path = dir_ / "out.bin";
+    const auto data = pattern(file_bytes, 0, 7);
+    device_buffer src(file_bytes);
+    copy_memory(src.data(), data.data(), file_bytes);
+    settings s = small_settings();
+    s.staging_buffer_size = 64 << 10;
+    settings::set_global(s);
+    stream st;
+    operation op;
+    op.name = "file::write_async (device, on a stream)";
+    op.prepare = [&] { ::unlink(path.c_str()); };
+    op.run = [&] {
+        file f(path, open_mode::write, s);
+        auto done = f.write_async(src.data(), file_bytes, 0, st.get());
+        done.get();
+        st.synchronize();
+        f.sync();
+        f.close();
+    };
+    op.ok = [&] { EXPECT_TRUE(read_whole(path) == data) << "bytes differ after a write that succeeded"; };
     gpu_faults(op);
 }
 

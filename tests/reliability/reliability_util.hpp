@@ -94,7 +94,7 @@ inline void within(std::chrono::seconds limit, const std::string& what, const st
 inline bool workers_idle(const settings& s) {
     auto e = detail::engine::shared(s.resolved());
     for (int i = 0; i < 1000; ++i) {
-        if (e->pool().pending() == 0) return true;
+        if (e->pending() == 0) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return false;

@@ -1,0 +1,48 @@
+// What stream-ordered requests to and from GPU memory move through: per device, a few lanes,
+// each a ferry-owned stream with its own pinned buffer. A lane's stream orders every use of its
+// buffer, across requests too, so no buffer is refilled before its copy finished; the file side
+// of each chunk runs in a CUDA host function on that stream (io/stream_ordered.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace ferry::detail {
+
+struct stream_lane {
+    cudaStream_t stream = nullptr;
+    char* buffer = nullptr;
+    cudaEvent_t done = nullptr;  ///< recorded after a request's last chunk on this lane
+};
+
+class stream_lanes {
+public:
+    stream_lanes(std::size_t lanes, std::size_t buffer_size) : count_(lanes), buffer_size_(buffer_size) {}
+    ~stream_lanes();
+    stream_lanes(const stream_lanes&) = delete;
+    stream_lanes& operator=(const stream_lanes&) = delete;
+
+    struct device_lanes {
+        std::vector<stream_lane> lanes;
+        cudaEvent_t start = nullptr;  ///< recorded on the caller's stream where a request begins
+        std::size_t next = 0;         ///< the lane the next chunk goes to
+    };
+
+    /// The lanes of `device`, made on first use (all of them or none). The caller holds
+    /// enqueue_mutex() for as long as it uses them: the events and `next` are shared.
+    device_lanes& on_device(int device);
+    std::mutex& enqueue_mutex() noexcept { return mutex_; }
+    std::size_t buffer_size() const noexcept { return buffer_size_; }
+
+private:
+    std::size_t count_;
+    std::size_t buffer_size_;
+    std::mutex mutex_;
+    std::map<int, device_lanes> devices_;
+};
+
+}  // namespace ferry::detail
