@@ -178,6 +178,7 @@ struct path_config {
     std::string name;
     gds_mode gds;
     direct_io_mode direct;
+    bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
 };
 
 int run_bench(bench_args a) {
@@ -207,7 +208,11 @@ int run_bench(bench_args a) {
         else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
         else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
         else if (p == "auto") configs.push_back({p, base.gds, base.direct_io});
-        else throw usage_error("--paths: unknown path " + p + " (staged, staged+direct, cufile, host, direct, auto)");
+        else if (p == "stream") {
+            if (cuda_device_count() == 0) throw usage_error("--paths stream: " + cuda_unavailable_reason());
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
+        } else
+            throw usage_error("--paths: unknown path " + p + " (staged, staged+direct, cufile, host, direct, auto, stream)");
     }
 
     bool generated = a.path.empty();
@@ -305,9 +310,15 @@ int run_bench(bench_args a) {
                         s.direct_io = pc.direct;
                         s.gds_threshold = 0;
                         std::optional<ferry::file> f;
+                        std::optional<ferry::stream> st;
+                        auto read_all = [&](std::uint64_t n) {
+                            if (pc.on_stream) f->read_async(target, n, 0, st->get()).get();
+                            else f->read(target, n, 0);
+                        };
                         try {
                             f.emplace(a.path, open_mode::read, s);
-                            f->read(target, std::min<std::uint64_t>(size, 256u << 20), 0);  // warm-up
+                            if (pc.on_stream) st.emplace(where.on_gpu() ? where.device : 0);
+                            read_all(std::min<std::uint64_t>(size, 256u << 20));  // warm-up
                         } catch (const error& e) {
                             if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
                             bar.step(pc.name + " skipped");
@@ -317,7 +328,7 @@ int run_bench(bench_args a) {
                         io_stats before = f->stats();
                         double t = measure([&] {
                             auto t0 = clock::now();
-                            f->read(target, size, 0);
+                            read_all(size);
                             return seconds_since(t0);
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
@@ -467,7 +478,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
     c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
     c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',');
-    c->add_option("--paths", a->paths, "paths: staged, staged+direct, cufile, host, direct, auto")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged, staged+direct, cufile, host, direct, auto, stream (read_async on a CUDA stream)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");
