@@ -130,7 +130,11 @@ std::size_t transfer(const py_file& self, nb::handle buf, std::uint64_t offset,
     const file& f = self.get();
     request_memory r = memory_for(buf, read, size);
     nb::gil_scoped_release nogil;
-    if (r.mem.stream && r.n > 0) return start(f, r, read, offset).get();
+    // The call returns only when the bytes have moved, so whatever the caller queues on the
+    // producer's stream afterwards is ordered after it already: waiting for the work queued
+    // before is all that stream order asks, and the transfer then takes the full-speed path
+    // rather than the stream lanes.
+    if (r.mem.stream && r.n > 0) synchronize(*r.mem.stream);
     return read ? f.read(r.mem.data, r.n, offset) : f.write(r.mem.data, r.n, offset);
 }
 

@@ -73,8 +73,7 @@ std::size_t engine::pending() const {
 }
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
-    using key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
-    key k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
+    decltype(cached::k) k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
     // Handlers run in reverse order of registration: this one must come after the CUDA
     // runtime's, which it registers when first used (here, at the latest).
     // (An atomic, not a function-local static: a fork during its initialization would leave
