@@ -17,7 +17,7 @@ what=${1:-all}
 # ferry::file (retries, destruction with requests in flight), the staging pool, and the
 # reliability suite's stress and fault-injection tests. Not the fork tests: TSan cannot follow
 # a forked child that starts threads (it kills it), which ferry's child then does.
-tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|file)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_'
+tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|engine|file)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_'
 
 # The sanitizer flags go in through CMAKE_<LANG>_FLAGS and the linker flags, not the
 # FERRY_SANITIZE option: that option adds -fsanitize to every link step, the CUDA device-link

@@ -42,10 +42,11 @@ void release_at_exit() {
 
 constexpr std::size_t lane_count = 4;
 
-// A lane's buffer: eight staging buffers, within what the staging memory limit leaves.
+// Each of a lane's two buffers: eight staging buffers, within what the staging memory limit
+// leaves.
 std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
     std::size_t used = r.threads * pool.buffers_per_worker() * pool.buffer_size();
-    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / lane_count : 0;
+    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * lane_count) : 0;
     std::size_t size = std::min(8 * pool.buffer_size(), left) / (64u << 10) * (64u << 10);
     return std::max<std::size_t>(size, 64u << 10);
 }

@@ -87,7 +87,7 @@ struct request_state {
         // are closed by the handle either way) would otherwise outlive the caller's last handle.
         std::shared_ptr<file_impl> f = std::move(file);
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
-        if (!error && r.counted) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
+        if (!error && !r.file_side) f->count(r.is_write, r.path, 0, static_cast<std::uint64_t>(ns), 1);
         {
             std::lock_guard lock(f->inflight_mutex_);
             --f->inflight_;
@@ -426,7 +426,7 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
         default:
             throw usage_error("internal: no path for request");
     }
-    if (r.counted) count(r.is_write, used, len, 0, 0);
+    if (!r.file_side) count(r.is_write, used, len, 0, 0);
 }
 
 std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers) {
@@ -444,7 +444,10 @@ std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers
     std::size_t task = std::clamp<std::size_t>((r.n + threads - 1) / threads, min_task, std::max(min_task, config_.task_size));
     std::size_t tasks = (r.n + task - 1) / task;
     {
+        // A file side checks for close() under the same lock as it counts itself in flight, so
+        // close() either waits for it or it never touches the descriptors.
         std::lock_guard lock(inflight_mutex_);
+        if (r.file_side && closed_) throw usage_error("file was closed before its stream reached the request: " + path_);
         ++inflight_;
     }
     st->remaining = tasks;

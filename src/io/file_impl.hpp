@@ -31,8 +31,9 @@ struct request {
     memory_kind kind = memory_kind::host;
     int device = 0;
     io_path path = io_path::host;
-    /// False for the file side of a stream-ordered request, which counts once, as a whole.
-    bool counted = true;
+    /// The file side of a stream-ordered request (io/stream_ordered.cpp): not counted on its own
+    /// (the request counts once, as a whole), and refused once the file is closed.
+    bool file_side = false;
 };
 
 class file_impl : public std::enable_shared_from_this<file_impl> {
@@ -48,14 +49,14 @@ public:
     /// the file is too short, and without it shortens n to what the file has.
     request prepare(bool is_write, const void* mem, std::size_t n, std::uint64_t offset, bool exact);
     /// Runs a prepared request on the engine's workers (or on `workers`); the future holds n
-    /// or the first error.
+    /// or the first error. Throws usage_error for a file side when the file was closed.
     std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr);
     /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp).
     std::future<std::size_t> start_on_stream(const request& r, stream_t s);
-    /// The file side of a stream-ordered request: bytes [pos, pos + len) of `r` between the file
-    /// and host memory at `host`, on the file workers; waits for them. Runs in a CUDA host
-    /// function, so it makes no CUDA call and waits on no CUDA work.
-    void run_file_side(const request& r, std::size_t pos, std::size_t len, char* host);
+    /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between
+    /// the file and host memory at `host`, on the file workers, which make no CUDA call and wait
+    /// on no CUDA work (so a CUDA host function may wait for the future).
+    std::future<std::size_t> start_file_side(const request& r, std::size_t pos, std::size_t len, char* host);
 
     path_plan plan(memory_kind kind, std::size_t n, bool is_write);
     io_stats stats() const { return counters_.snapshot(); }

@@ -13,8 +13,9 @@ void release(stream_lanes::device_lanes& d) {
             cudaStreamDestroy(l.stream);
         }
         if (l.done) cudaEventDestroy(l.done);
-        if (l.buffer) {
-            cudaFreeHost(l.buffer);
+        for (char* b : l.buffers) {
+            if (!b) continue;
+            cudaFreeHost(b);
             count_pinned_allocation(-1);
         }
     }
@@ -28,7 +29,8 @@ stream_lanes::~stream_lanes() {
     for (auto& [device, d] : devices_) {
         set_device(device);
         for (const auto& l : d.lanes)
-            if (l.buffer) note_staging(-static_cast<std::int64_t>(buffer_size_));
+            for (char* b : l.buffers)
+                if (b) note_staging(-static_cast<std::int64_t>(buffer_size_));
         release(d);
     }
 }
@@ -46,17 +48,19 @@ stream_lanes::device_lanes& stream_lanes::on_device(int device) {
                        "cudaStreamCreate (stream lanes)");
             cuda_check(FERRY_CUDA(cudaEventCreateWithFlags, &l.done, cudaEventDisableTiming),
                        "cudaEventCreate (stream lanes)");
-            void* p = nullptr;
-            cuda_check(FERRY_CUDA(cudaHostAlloc, &p, buffer_size_, cudaHostAllocPortable),
-                       "cudaHostAlloc (stream lane buffer)");
-            l.buffer = static_cast<char*>(p);
-            count_pinned_allocation(+1);
+            for (char*& b : l.buffers) {
+                void* p = nullptr;
+                cuda_check(FERRY_CUDA(cudaHostAlloc, &p, buffer_size_, cudaHostAllocPortable),
+                           "cudaHostAlloc (stream lane buffer)");
+                b = static_cast<char*>(p);
+                count_pinned_allocation(+1);
+            }
         }
     } catch (...) {
         release(d);
         throw;
     }
-    for (std::size_t i = 0; i < d.lanes.size(); ++i) note_staging(static_cast<std::int64_t>(buffer_size_));
+    note_staging(static_cast<std::int64_t>(2 * d.lanes.size() * buffer_size_));
     return devices_.emplace(device, std::move(d)).first->second;
 }
 

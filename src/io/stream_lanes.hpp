@@ -1,7 +1,8 @@
 // What stream-ordered requests to and from GPU memory move through: per device, a few lanes,
-// each a ferry-owned stream with its own pinned buffer. A lane's stream orders every use of its
-// buffer, across requests too, so no buffer is refilled before its copy finished; the file side
-// of each chunk runs in a CUDA host function on that stream (io/stream_ordered.cpp).
+// each a ferry-owned stream with two pinned buffers that its chunks use in turn. A lane's stream
+// orders every use of its buffers, across requests too, so no buffer is refilled before its copy
+// finished; the file side of each chunk is driven by CUDA host functions on that stream
+// (io/stream_ordered.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,7 +16,8 @@ namespace ferry::detail {
 
 struct stream_lane {
     cudaStream_t stream = nullptr;
-    char* buffer = nullptr;
+    char* buffers[2] = {nullptr, nullptr};
+    std::size_t uses = 0;        ///< chunks queued on this lane so far; use u takes buffers[u % 2]
     cudaEvent_t done = nullptr;  ///< recorded after a request's last chunk on this lane
 };
 
@@ -33,9 +35,10 @@ public:
     };
 
     /// The lanes of `device`, made on first use (all of them or none). The caller holds
-    /// enqueue_mutex() for as long as it uses them: the events and `next` are shared.
+    /// enqueue_mutex() for as long as it uses them: the events, `uses` and `next` are shared.
     device_lanes& on_device(int device);
     std::mutex& enqueue_mutex() noexcept { return mutex_; }
+    /// Bytes of each of a lane's two buffers.
     std::size_t buffer_size() const noexcept { return buffer_size_; }
 
 private:

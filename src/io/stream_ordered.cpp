@@ -4,32 +4,59 @@
 // the stream does not already order before them; a driver may serialize them with other work.
 // So a request is laid out on streams at the call, all of it ordered in ways CUDA can see:
 //
-//   caller's stream:  ... earlier work, [record start] ........ [wait lanes' done] [complete] ...
-//   lane k:           [wait start] [file side of chunk i] [copy chunk i] ... [record done]
+//   caller's stream:  ... earlier work, [record start] ....... [wait lanes' done] [complete] ...
+//   lane k:           [wait start] [host fn chunk i] [copy chunk i] [host fn chunk i+N] ... [record done]
 //
-// For a read the file side (a host function) fills the lane's pinned buffer and the copy moves
-// it to the GPU; for a write the copy comes first and the file side writes the buffer out. The
-// file side runs on the engine's file workers, which never wait on CUDA. A request to or from
-// host memory is only a file side and a completion on the caller's stream.
+// The chunks of a request go to the N lanes in turn; each lane has two pinned buffers that its
+// chunks use alternately. The file side of a chunk (pread into, or pwrite from, its buffer) runs
+// on the engine's file workers, which never wait on CUDA; host functions only start file sides
+// and wait for them.
+//
+// Reads run ahead: the host function of chunk i waits for the read of chunk i and starts the
+// read of chunk i+N (the next chunk on its lane, into the other buffer, whose last copy the lane
+// has finished by then), so N reads are in flight while the lanes copy. Writes run behind: the
+// host function of chunk i starts its write and waits for the write of chunk i-N, whose buffer
+// the lane's next copy fills; a lane's last chunk of the request waits for its own.
+//
+// A request to or from host memory is one file side and a completion on the caller's stream.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "cuda/cuda_runtime.hpp"
 #include "io/file_impl.hpp"
 
 namespace ferry::detail {
 
+namespace {
+
+/// The file side of one chunk, once started.
+struct file_job {
+    std::atomic<bool> started{false};
+    std::future<std::size_t> done;
+};
+
+struct chunk {
+    std::size_t pos, len;
+    char* buffer;  ///< the lane buffer, or the caller's host memory
+};
+
+}  // namespace
+
 /// One stream-ordered request, shared by the host functions that carry it out.
 struct stream_request {
     std::shared_ptr<file_impl> file;
     request r;
     io_path path = io_path::host;  ///< what the stats record
+    std::size_t lanes = 1;         ///< chunk i + lanes is the next chunk on chunk i's lane
+    std::vector<chunk> chunks;
+    std::unique_ptr<file_job[]> jobs;
     std::promise<std::size_t> done;
-    std::atomic<bool> cancelled{false};  ///< queueing failed part-way: chunks already queued do nothing
+    std::atomic<bool> cancelled{false};  ///< queueing failed part-way: start no more file sides
     std::mutex error_mutex;
     std::exception_ptr error;
     std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
@@ -54,6 +81,40 @@ struct stream_request {
         return error != nullptr;
     }
 
+    /// Starts the file side of chunk i unless it was started or the request failed.
+    void start(std::size_t i) {
+        if (i >= chunks.size() || cancelled || failed()) return;
+        if (jobs[i].started.exchange(true)) return;
+        try {
+            jobs[i].done = file->start_file_side(r, chunks[i].pos, chunks[i].len, chunks[i].buffer);
+        } catch (...) {
+            fail(std::current_exception());
+        }
+    }
+
+    /// Waits for the file side of chunk i if it was started (only the file workers, never CUDA).
+    void wait(std::size_t i) {
+        if (i >= chunks.size() || !jobs[i].done.valid()) return;
+        try {
+            jobs[i].done.get();
+        } catch (...) {
+            fail(std::current_exception());
+        }
+    }
+
+    /// The host function of chunk i, in its lane's order.
+    void on_lane(std::size_t i) {
+        if (!r.is_write) {
+            start(i);  // the first chunk on its lane; later ones were started ahead
+            start(i + lanes);
+            wait(i);
+        } else {
+            start(i);
+            if (i >= lanes) wait(i - lanes);        // frees the buffer the lane fills next
+            if (i + lanes >= chunks.size()) wait(i);  // the lane's last chunk of this request
+        }
+    }
+
     void complete() {
         std::exception_ptr e;
         {
@@ -74,20 +135,13 @@ namespace {
 
 struct chunk_call {
     std::shared_ptr<stream_request> q;
-    std::size_t pos, len;
-    char* host;
+    std::size_t index;
 };
 
 void CUDART_CB run_chunk(void* p) {
     cuda_host_function_scope scope;
     std::unique_ptr<chunk_call> c(static_cast<chunk_call*>(p));
-    stream_request& q = *c->q;
-    if (q.cancelled || q.failed()) return;
-    try {
-        q.file->run_file_side(q.r, c->pos, c->len, c->host);
-    } catch (...) {
-        q.fail(std::current_exception());
-    }
+    c->q->on_lane(c->index);
 }
 
 void CUDART_CB run_completion(void* p) {
@@ -97,10 +151,10 @@ void CUDART_CB run_completion(void* p) {
     (*q)->complete();
 }
 
-void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t pos, std::size_t len, char* host) {
-    auto call = std::make_unique<chunk_call>(chunk_call{q, pos, len, host});
+void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t index) {
+    auto call = std::make_unique<chunk_call>(chunk_call{q, index});
     cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_chunk, call.get()), "cudaLaunchHostFunc",
-               {q->file->path(), q->r.offset + pos, len});
+               {q->file->path(), q->r.offset + q->chunks[index].pos, q->chunks[index].len});
     call.release();
 }
 
@@ -111,24 +165,18 @@ void queue_completion(cudaStream_t s, const std::shared_ptr<stream_request>& q) 
     call.release();
 }
 
+/// After queueing failed part-way: what was queued starts nothing new now, but host functions
+/// already running may have started file sides and copies still run. Wait for all of it, so
+/// that nothing touches the caller's memory or a lane buffer after the error is out.
+void drain(stream_request& q, const std::vector<cudaStream_t>& streams) {
+    q.cancelled = true;
+    for (cudaStream_t s : streams) cudaStreamSynchronize(s);
+    for (std::size_t i = 0; i < q.chunks.size(); ++i) q.wait(i);
+}
+
 }  // namespace
 
-void file_impl::run_file_side(const request& r, std::size_t pos, std::size_t len, char* host) {
-    {
-        std::lock_guard lock(inflight_mutex_);
-        if (closed_) throw usage_error("file was closed before its stream reached the request: " + path_);
-        ++inflight_;
-    }
-    struct leave {
-        file_impl* f;
-        ~leave() {
-            {
-                std::lock_guard lock(f->inflight_mutex_);
-                --f->inflight_;
-            }
-            f->inflight_cv_.notify_all();
-        }
-    } guard{this};
+std::future<std::size_t> file_impl::start_file_side(const request& r, std::size_t pos, std::size_t len, char* host) {
     request part;
     part.is_write = r.is_write;
     part.mem = host;
@@ -136,8 +184,8 @@ void file_impl::run_file_side(const request& r, std::size_t pos, std::size_t len
     part.offset = r.offset + pos;
     part.kind = memory_kind::pinned;
     part.path = io_path::host;
-    part.counted = false;
-    start(part, &engine_->file_workers()).get();
+    part.file_side = true;
+    return start(part, &engine_->file_workers());
 }
 
 std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s) {
@@ -159,12 +207,13 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
         return f;
     }
     if (!on_gpu) {
+        q->chunks.push_back({0, r.n, r.mem});
+        q->jobs = std::make_unique<file_job[]>(1);
         try {
-            queue_chunk(cs, q, 0, r.n, r.mem);
+            queue_chunk(cs, q, 0);
             queue_completion(cs, q);
         } catch (...) {
-            q->cancelled = true;
-            cudaStreamSynchronize(cs);  // a file side already under way ends before the error is out
+            drain(*q, {cs});  // a file side already under way ends before the error is out
             throw;
         }
         return f;
@@ -175,28 +224,36 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     std::lock_guard lock(lanes.enqueue_mutex());
     stream_lanes::device_lanes& d = lanes.on_device(r.device);
     const std::size_t size = lanes.buffer_size();
-    const std::size_t chunks = (r.n + size - 1) / size;
-    const std::size_t used = std::min(chunks, d.lanes.size());
+    const std::size_t count = (r.n + size - 1) / size;
+    const std::size_t used = std::min(count, d.lanes.size());
     const std::size_t first = d.next;
-    d.next = (first + chunks) % d.lanes.size();
+    d.next = (first + count) % d.lanes.size();
     auto lane = [&](std::size_t i) -> stream_lane& { return d.lanes[(first + i) % d.lanes.size()]; };
+    q->lanes = d.lanes.size();
+    q->chunks.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        stream_lane& l = lane(i);
+        q->chunks.push_back({i * size, std::min(size, r.n - i * size), l.buffers[l.uses++ % 2]});
+    }
+    q->jobs = std::make_unique<file_job[]>(count);
+    std::vector<cudaStream_t> streams;
+    for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream);
     try {
         cuda_check(FERRY_CUDA(cudaEventRecord, d.start, cs), "cudaEventRecord (stream-ordered request)", {path_, r.offset, r.n});
-        for (std::size_t i = 0; i < used; ++i)
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, lane(i).stream, d.start, 0), "cudaStreamWaitEvent", {path_, r.offset, r.n});
-        for (std::size_t c = 0; c < chunks; ++c) {
-            stream_lane& l = lane(c);
-            const std::size_t pos = c * size;
-            const std::size_t len = std::min(size, r.n - pos);
-            const io_context where{path_, r.offset + pos, len};
+        for (cudaStream_t ls : streams)
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start, 0), "cudaStreamWaitEvent", {path_, r.offset, r.n});
+        for (std::size_t i = 0; i < count; ++i) {
+            stream_lane& l = lane(i);
+            const chunk& c = q->chunks[i];
+            const io_context where{path_, r.offset + c.pos, c.len};
             if (!r.is_write) {
-                queue_chunk(l.stream, q, pos, len, l.buffer);
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + pos, l.buffer, len, cudaMemcpyDefault, l.stream),
+                queue_chunk(l.stream, q, i);
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream),
                            "cudaMemcpyAsync (stream lane to GPU)", where);
             } else {
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, l.buffer, r.mem + pos, len, cudaMemcpyDefault, l.stream),
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, c.buffer, r.mem + c.pos, c.len, cudaMemcpyDefault, l.stream),
                            "cudaMemcpyAsync (GPU to stream lane)", where);
-                queue_chunk(l.stream, q, pos, len, l.buffer);
+                queue_chunk(l.stream, q, i);
             }
         }
         for (std::size_t i = 0; i < used; ++i) {
@@ -205,10 +262,7 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
         }
         queue_completion(cs, q);
     } catch (...) {
-        // What was queued does nothing now, but its copies still run: let them finish, so that
-        // nothing lands in the caller's memory after the error was reported.
-        q->cancelled = true;
-        for (std::size_t i = 0; i < used; ++i) cudaStreamSynchronize(lane(i).stream);
+        drain(*q, streams);
         throw;
     }
     return f;

@@ -103,7 +103,8 @@ TEST_F(gpu_fault_injection, read_to_device_stream_ordered) {
     stream st;
     operation op;
     settings s = small_settings();
-    s.staging_buffer_size = 64 << 10;  // 512 KiB stream lanes: the request spans three of them
+    s.staging_buffer_size = 64 << 10;
+    s.staging_memory_limit = 1 << 20;  // what the buffers leave: 64 KiB lane buffers, 17 chunks
     settings::set_global(s);           // the engine the loop checks for idle workers
     op.name = "file::read_async (device, on a stream)";
     op.prepare = [&] { fill_memory(dst.data(), 0, file_bytes); };
@@ -124,6 +125,7 @@ TEST_F(gpu_fault_injection, write_from_device_stream_ordered) {
     copy_memory(src.data(), data.data(), file_bytes);
     settings s = small_settings();
     s.staging_buffer_size = 64 << 10;
+    s.staging_memory_limit = 1 << 20;
     settings::set_global(s);
     stream st;
     operation op;
