@@ -132,8 +132,8 @@ std::size_t transfer(const py_file& self, nb::handle buf, std::uint64_t offset,
     nb::gil_scoped_release nogil;
     // The call returns only when the bytes have moved, so whatever the caller queues on the
     // producer's stream afterwards is ordered after it already: waiting for the work queued
-    // before is all that stream order asks, and the transfer then takes the full-speed path
-    // rather than the stream lanes.
+    // before is all that stream order asks. The transfer then takes the path the engine plans,
+    // GPUDirect Storage included, which the stream lanes never use.
     if (r.mem.stream && r.n > 0) synchronize(*r.mem.stream);
     return read ? f.read(r.mem.data, r.n, offset) : f.write(r.mem.data, r.n, offset);
 }
