@@ -63,12 +63,9 @@ const cuda_probe& probe() {
 
 std::atomic<long> live_device{0};
 std::atomic<long> live_pinned{0};
+thread_local bool host_function_thread = false;
 
 }  // namespace
-
-namespace {
-thread_local bool host_function_thread = false;
-}
 
 cuda_host_function_scope::cuda_host_function_scope() { host_function_thread = true; }
 cuda_host_function_scope::~cuda_host_function_scope() { host_function_thread = false; }

@@ -55,14 +55,13 @@ std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
 engine::engine(const settings& r)
     : staging_(r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit),
       lanes_(lane_count, lane_buffer_size(staging_, r)),
-      pool_(r.threads),
-      threads_(r.threads) {}
+      pool_(r.threads) {}
 
 engine::~engine() = default;
 
 thread_pool& engine::file_workers() {
     std::call_once(file_workers_once_, [this] {
-        file_workers_ = std::make_unique<thread_pool>(threads_);
+        file_workers_ = std::make_unique<thread_pool>(pool_.size());
         file_workers_started_ = file_workers_.get();
     });
     return *file_workers_;

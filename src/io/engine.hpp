@@ -36,7 +36,6 @@ private:
     staging_pool staging_;  // destroyed after the workers stopped
     stream_lanes lanes_;
     thread_pool pool_;
-    std::size_t threads_;
     std::once_flag file_workers_once_;
     std::unique_ptr<thread_pool> file_workers_;
     std::atomic<thread_pool*> file_workers_started_{nullptr};  // for pending(), without the once

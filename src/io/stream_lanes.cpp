@@ -27,7 +27,10 @@ void release(stream_lanes::device_lanes& d) {
 
 stream_lanes::~stream_lanes() {
     for (auto& [device, d] : devices_) {
-        set_device(device);
+        try {
+            set_device(device);
+        } catch (...) {  // a destructor never throws; the releases below work from any device
+        }
         for (const auto& l : d.lanes)
             for (char* b : l.buffers)
                 if (b) note_staging(-static_cast<std::int64_t>(buffer_size_));

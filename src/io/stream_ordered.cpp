@@ -147,8 +147,7 @@ void CUDART_CB run_chunk(void* p) {
 void CUDART_CB run_completion(void* p) {
     cuda_host_function_scope scope;
     std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
-    if ((*q)->cancelled) return;
-    (*q)->complete();
+    (*q)->complete();  // queued last: a request whose queueing failed never gets here
 }
 
 void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t index) {

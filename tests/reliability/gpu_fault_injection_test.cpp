@@ -24,6 +24,15 @@ protected:
     }
     // Host errors are covered by the host loops; here the CUDA seam's two meanings.
     void gpu_faults(const operation& op) { all_faults(op, {EIO, ENOMEM}); }
+    // Stream lanes of 64 KiB buffers (what 1 MiB leaves after the staging buffers): a request
+    // spans 17 chunks over the 4 lanes. Made global too: the loop checks that engine's workers.
+    static settings small_lanes() {
+        settings s = small_settings();
+        s.staging_buffer_size = 64 << 10;
+        s.staging_memory_limit = 1 << 20;
+        settings::set_global(s);
+        return s;
+    }
 };
 
 // A .npy file written by hand, for byte orders and layouts save_npy does not produce.
@@ -102,10 +111,7 @@ TEST_F(gpu_fault_injection, read_to_device_stream_ordered) {
     device_buffer dst(file_bytes);
     stream st;
     operation op;
-    settings s = small_settings();
-    s.staging_buffer_size = 64 << 10;
-    s.staging_memory_limit = 1 << 20;  // what the buffers leave: 64 KiB lane buffers, 17 chunks
-    settings::set_global(s);           // the engine the loop checks for idle workers
+    const settings s = small_lanes();
     op.name = "file::read_async (device, on a stream)";
     op.prepare = [&] { fill_memory(dst.data(), 0, file_bytes); };
     op.run = [&] {
@@ -123,10 +129,7 @@ TEST_F(gpu_fault_injection, write_from_device_stream_ordered) {
     const auto data = pattern(file_bytes, 0, 7);
     device_buffer src(file_bytes);
     copy_memory(src.data(), data.data(), file_bytes);
-    settings s = small_settings();
-    s.staging_buffer_size = 64 << 10;
-    s.staging_memory_limit = 1 << 20;
-    settings::set_global(s);
+    const settings s = small_lanes();
     stream st;
     operation op;
     op.name = "file::write_async (device, on a stream)";
