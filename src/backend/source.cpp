@@ -1,0 +1,23 @@
+// What a source that cannot do something says when asked to.
+#include "backend/source.hpp"
+
+namespace ferry::detail {
+namespace {
+
+[[noreturn]] void cannot(const source& s, const char* what) {
+    throw usage_error(std::string(s.kind()) + " source cannot " + what + ": " + s.location());
+}
+
+}  // namespace
+
+void source::write(const char*, std::size_t, std::uint64_t, const io_context&) { cannot(*this, "write"); }
+void source::read_device(void*, std::size_t, std::size_t, std::uint64_t, const io_context&) {
+    cannot(*this, "read into GPU memory directly");
+}
+void source::write_device(const void*, std::size_t, std::size_t, std::uint64_t, const io_context&) {
+    cannot(*this, "write from GPU memory directly");
+}
+void source::sync() { cannot(*this, "sync"); }
+void source::truncate(std::uint64_t) { cannot(*this, "truncate"); }
+
+}  // namespace ferry::detail

@@ -1,0 +1,77 @@
+// A source: where bytes come from and go to (a local file read buffered or with O_DIRECT, a
+// file registered with cuFile, an HTTP or S3 object, an in-memory test object). Sources know
+// nothing of GPUs except the one that moves bytes to device memory itself (cuFile): moving bytes
+// between host memory and the GPU is the movers' job (src/io/), and works over any source.
+//
+// One source object serves every worker of a request at once: each member may be called from
+// many threads concurrently. A source owns its state (descriptors, handles, connections) and
+// releases it in close() (reporting errors) or in its destructor (ignoring them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+
+/// What a source can do and what it needs, as facts for the planner.
+struct source_traits {
+    /// 0: reads and writes land at any address, offset and length. Otherwise each of the three
+    /// must be a multiple of this (O_DIRECT); read_into() widens a range to it.
+    std::size_t align = 0;
+    bool writable = false;    ///< write(), sync() and truncate() work
+    bool device_dma = false;  ///< read_device()/write_device() move bytes to/from GPU memory
+    bool remote = false;      ///< each request pays a network round trip
+    /// The request size the source serves best (0: the engine's task size).
+    std::size_t request_size = 0;
+    /// How many requests the source serves best at once (0: the engine's thread count).
+    std::size_t concurrency = 0;
+};
+
+class source {
+public:
+    virtual ~source() = default;
+
+    /// The registry's name of this kind of source: "posix", "direct", "cufile", "http", "s3"...
+    virtual std::string_view kind() const noexcept = 0;
+    /// What messages name: a path, or a URL with any credentials redacted.
+    virtual const std::string& location() const noexcept = 0;
+    virtual source_traits traits() const noexcept = 0;
+    /// The size in bytes, now.
+    virtual std::uint64_t size() = 0;
+
+    /// Reads exactly n bytes at `offset` into host memory `dst` (which honours traits().align).
+    /// Throws end_of_file_error when the source ends first, else the error of what failed.
+    virtual void read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) = 0;
+
+    /// Reads [offset, offset + n) into `buffer` (aligned to traits().align, `capacity` bytes,
+    /// capacity >= n + 2 * align) and returns where the first wanted byte is inside it. Sources
+    /// without alignment read into `buffer` itself.
+    virtual const char* read_into(char* buffer, std::size_t capacity, std::size_t n, std::uint64_t offset,
+                                  const io_context& where) {
+        (void)capacity;
+        read(buffer, n, offset, where);
+        return buffer;
+    }
+    /// The most payload one read_into() of a `capacity`-byte buffer carries at any offset.
+    virtual std::size_t payload(std::size_t capacity) const noexcept { return capacity; }
+
+    /// Writes exactly n bytes from host memory `src` at `offset`. Needs traits().writable.
+    virtual void write(const char* src, std::size_t n, std::uint64_t offset, const io_context& where);
+    /// Device DMA (traits().device_dma): n bytes at `offset` to or from `base + buffer_offset`
+    /// in GPU memory of the current device.
+    virtual void read_device(void* base, std::size_t buffer_offset, std::size_t n, std::uint64_t offset,
+                             const io_context& where);
+    virtual void write_device(const void* base, std::size_t buffer_offset, std::size_t n,
+                              std::uint64_t offset, const io_context& where);
+    /// Makes written bytes durable (fsync); sets the size. Need traits().writable.
+    virtual void sync();
+    virtual void truncate(std::uint64_t size);
+    /// Releases what the source holds and reports the first error. Later calls do nothing.
+    virtual void close() {}
+};
+
+}  // namespace ferry::detail
