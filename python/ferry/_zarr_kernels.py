@@ -1,0 +1,465 @@
+"""The codecs' work on batches of chunks, on the GPU (CuPy, nvCOMP) and on the host (numpy,
+numcodecs, google-crc32c), and the counters that say which ran.
+
+Every function takes a list of 1-D uint8 arrays (one per chunk, CuPy or numpy) and the chunks'
+keys, so that a chunk that does not decode raises a ChunkError naming its key.
+
+GPU pieces:
+- zstd and gzip: nvCOMP's batched decoders (PyPI ``nvidia-nvcomp-cu13``, module
+  ``nvidia.nvcomp``, imported on first use, RAW bitstreams: the standard zstd frame and gzip
+  member formats that numcodecs writes). Without nvCOMP, or for a chunk nvCOMP refuses, ferry
+  decodes on the host instead: said once as a warning, and counted in ``stats()``.
+- crc32c: a two-kernel CRC (each 4 KiB segment of every chunk on its own thread, then one thread
+  per chunk folds the segment CRCs with a precomputed "advance by 4 KiB of zeros" operator), so a
+  16 MiB chunk uses 4096 threads instead of one.
+- byte order: a reversed view of each element's bytes, copied by CuPy on the device.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._errors import ChunkError
+
+__all__ = [
+    "stats",
+    "reset_stats",
+    "count",
+    "fallback",
+    "decompress",
+    "compress",
+    "crc32c",
+    "SEGMENT",
+]
+
+# -- counters -------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+_fallbacks: Counter[str] = Counter()
+_warned: set[str] = set()
+
+
+def count(name: str, n: int = 1) -> None:
+    with _lock:
+        _counts[name] += n
+
+
+def fallback(reason: str, n: int = 1) -> None:
+    """Counts `n` chunks handled on the host for `reason`; warns once per reason."""
+    with _lock:
+        _fallbacks[reason] += n
+        first = reason not in _warned
+        _warned.add(reason)
+    if first:
+        warnings.warn("ferry.zarr: %s; decoding on the CPU instead" % reason, RuntimeWarning, 3)
+
+
+def stats() -> dict[str, Any]:
+    """What ferry's Zarr pipeline did in this process.
+
+    ``chunks_gpu`` / ``chunks_cpu``: chunks decoded on the device / the host;
+    ``encoded_gpu`` / ``encoded_cpu``: the same for writes; ``plans``: batched reads issued;
+    ``requests``: byte ranges they read; ``bytes_read``; ``cpu_fallbacks``: reason -> chunks
+    that had to be decoded on the host although they were read for the GPU.
+    """
+    with _lock:
+        out: dict[str, Any] = {
+            k: _counts.get(k, 0)
+            for k in (
+                "plans",
+                "requests",
+                "bytes_read",
+                "chunks_gpu",
+                "chunks_cpu",
+                "encoded_gpu",
+                "encoded_cpu",
+                "shard_indexes",
+            )
+        }
+        out["cpu_fallbacks"] = dict(_fallbacks)
+    return out
+
+
+def reset_stats() -> None:
+    with _lock:
+        _counts.clear()
+        _fallbacks.clear()
+
+
+# -- nvCOMP ---------------------------------------------------------------------------------
+
+_NVCOMP_NAMES = {"zstd": "Zstd", "gzip": "Gzip"}
+_nvcomp: Any = None
+_nvcomp_error: str | None = None
+
+
+def nvcomp_module() -> Any:
+    """nvidia.nvcomp, or None (the reason is in nvcomp_unavailable_reason())."""
+    global _nvcomp, _nvcomp_error
+    if _nvcomp is None and _nvcomp_error is None:
+        try:
+            from nvidia import nvcomp
+
+            _nvcomp = nvcomp
+        except Exception as e:  # missing wheel, or its libraries do not load
+            _nvcomp_error = "nvCOMP is unavailable (pip install nvidia-nvcomp-cu13): %s" % e
+    return _nvcomp
+
+
+def nvcomp_unavailable_reason() -> str:
+    nvcomp_module()
+    return _nvcomp_error or ""
+
+
+_codecs: dict[tuple[str, int, int], Any] = {}
+
+
+def _nvcomp_codec(name: str, stream: int) -> Any:
+    import cupy
+
+    nvcomp = nvcomp_module()
+    dev = cupy.cuda.runtime.getDevice()
+    key = (name, dev, stream)
+    codec = _codecs.get(key)
+    if codec is None:
+        codec = nvcomp.Codec(
+            algorithm=_NVCOMP_NAMES[name],
+            bitstream_kind=nvcomp.BitstreamKind.RAW,
+            device_id=dev,
+            cuda_stream=stream,
+        )
+        _codecs[key] = codec
+    return codec
+
+
+def _host_codec(name: str, level: int | None = None) -> Any:
+    import numcodecs
+
+    if name == "zstd":
+        return numcodecs.Zstd(level=level or 0)
+    return numcodecs.GZip(level=5 if level is None else level)
+
+
+def _aligned_block(xp: Any, sizes: Sequence[int]) -> tuple[Any, list[Any]]:
+    offsets, total = [], 0
+    for n in sizes:
+        offsets.append(total)
+        total += -(-n // 256) * 256
+    block = xp.empty(max(total, 1), dtype=xp.uint8)
+    return block, [block[o : o + n] for o, n in zip(offsets, sizes)]
+
+
+def _decode_host(name: str, data: Any, size: int, key: str) -> np.ndarray:
+    try:
+        raw = _host_codec(name).decode(np.ascontiguousarray(data))
+    except Exception as e:
+        raise _chunk_error(key, name, "the compressed data does not decode: %s" % e) from e
+    out = np.frombuffer(raw, dtype=np.uint8)
+    if out.size != size:
+        raise _chunk_error(
+            key, name, "decompressed to %d bytes where the chunk holds %d" % (out.size, size)
+        )
+    return out
+
+
+def _chunk_error(key: str, field: str, reason: str) -> ChunkError:
+    e = ChunkError("Zarr chunk %r: %s: %s" % (key, field, reason))
+    e.key, e.field, e.reason = key, field, reason
+    return e
+
+
+def decompress(
+    name: str, chunks: Sequence[Any], sizes: Sequence[int], keys: Sequence[str], on_gpu: bool
+) -> list[Any]:
+    """Decompresses each chunk (zstd or gzip) to exactly sizes[i] bytes."""
+    if not chunks:
+        return []
+    if not on_gpu:
+        count("chunks_cpu", len(chunks))
+        return [_decode_host(name, c, n, k) for c, n, k in zip(chunks, sizes, keys)]
+    import cupy
+
+    if nvcomp_module() is None:
+        fallback(nvcomp_unavailable_reason(), len(chunks))
+        return [cupy.asarray(_decode_host(name, c.get(), n, k)) for c, n, k in zip(chunks, sizes, keys)]
+    stream = cupy.cuda.get_current_stream().ptr
+    _, outs = _aligned_block(cupy, sizes)
+    try:
+        _nvcomp_decode(name, chunks, outs, stream)
+        count("chunks_gpu", len(chunks))
+        return outs
+    except Exception:
+        pass
+    # One chunk spoiled the batch: decode them one by one to name it, falling back to the host
+    # for chunks that nvCOMP refuses but the host decodes (counted).
+    result = []
+    for c, out, n, k in zip(chunks, outs, sizes, keys):
+        try:
+            _nvcomp_decode(name, [c], [out], stream)
+            count("chunks_gpu")
+            result.append(out)
+        except Exception as e:
+            host = _decode_host(name, c.get(), n, k)  # raises ChunkError when truly corrupt
+            fallback("nvCOMP refused a %s chunk (%s)" % (name, str(e).splitlines()[0][:120]))
+            result.append(cupy.asarray(host))
+    return result
+
+
+def _nvcomp_decode(name: str, chunks: Sequence[Any], outs: Sequence[Any], stream: int) -> None:
+    nvcomp = nvcomp_module()
+    codec = _nvcomp_codec(name, stream)
+    srcs = nvcomp.as_arrays(list(chunks), cuda_stream=stream)
+    dsts = nvcomp.as_arrays(list(outs), cuda_stream=stream)
+    res = codec.decode(srcs, out=dsts)
+    got = list(res.buffer_sizes) if hasattr(res, "buffer_sizes") else None
+    if got is not None:
+        got = [int(x) for x in (got.get() if hasattr(got, "get") else got)]
+        want = [int(o.size) for o in outs]
+        if got != want:
+            raise ValueError("decoded sizes %s, expected %s" % (got[:4], want[:4]))
+
+
+def compress(
+    name: str, chunks: Sequence[Any], level: int | None, on_gpu: bool
+) -> list[Any]:
+    """Compresses each chunk; on the GPU through nvCOMP where it can, else on the host."""
+    if not chunks:
+        return []
+    if on_gpu and nvcomp_module() is not None:
+        import cupy
+
+        try:
+            nvcomp = nvcomp_module()
+            stream = cupy.cuda.get_current_stream().ptr
+            codec = _nvcomp_codec(name, stream)
+            res = codec.encode(nvcomp.as_arrays(list(chunks), cuda_stream=stream))
+            outs = [cupy.from_dlpack(a).view(cupy.uint8).ravel() for a in res]
+            count("encoded_gpu", len(chunks))
+            return outs
+        except Exception as e:
+            fallback("nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]), len(chunks))
+    elif on_gpu:
+        fallback(nvcomp_unavailable_reason(), len(chunks))
+    codec = _host_codec(name, level)
+    out = []
+    for c in chunks:
+        host = c.get() if on_gpu else np.ascontiguousarray(c)
+        enc = np.frombuffer(codec.encode(host), dtype=np.uint8)
+        out.append(_to(enc, on_gpu))
+    count("encoded_cpu", len(chunks))
+    return out
+
+
+def _to(a: np.ndarray, on_gpu: bool) -> Any:
+    if on_gpu:
+        import cupy
+
+        return cupy.asarray(a)
+    return a
+
+
+# -- crc32c ---------------------------------------------------------------------------------
+
+SEGMENT = 4096  # bytes of a chunk that one thread of the segment kernel checksums
+_POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
+
+
+def _table() -> np.ndarray:
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(np.uint32)
+    return t
+
+
+_TABLE = _table()
+
+
+def advance_tables(length: int) -> np.ndarray:
+    """4 x 256 tables of the linear map "run the raw CRC register over `length` zero bytes":
+    A(s) = T0[s & 255] ^ T1[(s >> 8) & 255] ^ T2[(s >> 16) & 255] ^ T3[s >> 24]."""
+    v = (np.arange(256, dtype=np.uint32)[None, :] << (np.arange(4, dtype=np.uint32)[:, None] * 8)).astype(np.uint32)
+    s = v.ravel().copy()
+    for _ in range(length):  # a zero byte: s = T[s & 255] ^ (s >> 8)
+        s = _TABLE[s & np.uint32(255)] ^ (s >> np.uint32(8))
+    return s.reshape(4, 256)
+
+
+_ADVANCE: np.ndarray | None = None
+
+
+def _advance() -> np.ndarray:
+    global _ADVANCE
+    if _ADVANCE is None:
+        _ADVANCE = advance_tables(SEGMENT)
+    return _ADVANCE
+
+
+def segments(sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segment plan of chunks of `sizes`: each chunk is a short head segment (its first
+    size % SEGMENT bytes, possibly empty, started from the CRC's initial value) followed by
+    whole segments started from 0. Returns (chunk of each segment, start offset in the chunk,
+    length, initial register, first segment of each chunk)."""
+    sizes_a = np.asarray(sizes, dtype=np.int64)
+    whole = sizes_a // SEGMENT
+    head = sizes_a - whole * SEGMENT
+    nseg = whole + 1
+    first = np.concatenate(([0], np.cumsum(nseg)[:-1])).astype(np.int64)
+    chunk = np.repeat(np.arange(len(sizes_a)), nseg)
+    idx = np.arange(int(nseg.sum()), dtype=np.int64) - first[chunk]
+    start = np.where(idx == 0, 0, head[chunk] + (idx - 1) * SEGMENT)
+    length = np.where(idx == 0, head[chunk], SEGMENT).astype(np.uint32)
+    init = np.where(idx == 0, np.uint32(0xFFFFFFFF), np.uint32(0)).astype(np.uint32)
+    return chunk, start, length, init, first
+
+
+def crc32c_segmented_host(chunks: Sequence[bytes]) -> list[int]:
+    """The GPU algorithm run in numpy/Python (a check of its arithmetic, used by the tests)."""
+    chunk, start, length, init, first = segments([len(c) for c in chunks])
+    regs = []
+    for c, st, ln, s in zip(chunk, start, length, init):
+        data = chunks[c][st : st + ln]
+        for b in data:
+            s = _TABLE[(s ^ b) & 0xFF] ^ (s >> np.uint32(8))
+        regs.append(np.uint32(s))
+    adv = _advance()
+    out = []
+    counts = np.diff(np.concatenate((first, [len(regs)])))
+    for f, n in zip(first, counts):
+        s = regs[f]
+        for i in range(1, n):
+            s = adv[0][s & 255] ^ adv[1][(s >> 8) & 255] ^ adv[2][(s >> 16) & 255] ^ adv[3][s >> 24] ^ regs[f + i]
+        out.append(int(~np.uint32(s)) & 0xFFFFFFFF)
+    return out
+
+
+_KERNELS = r"""
+extern "C" __global__ void ferry_crc32c_segments(
+    const unsigned long long* ptrs, const unsigned int* lens, const unsigned int* init,
+    const unsigned int* table, unsigned int* out, long long n) {
+  __shared__ unsigned int t[256];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) t[i] = table[i];
+  __syncthreads();
+  long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n) return;
+  const unsigned char* p = (const unsigned char*)ptrs[s];
+  unsigned int c = init[s];
+  unsigned int len = lens[s];
+  for (unsigned int i = 0; i < len; ++i) c = t[(c ^ p[i]) & 0xffu] ^ (c >> 8);
+  out[s] = c;
+}
+
+extern "C" __global__ void ferry_crc32c_fold(
+    const unsigned int* seg, const long long* first, const long long* count,
+    const unsigned int* adv, unsigned int* out, long long nchunks) {
+  long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= nchunks) return;
+  const unsigned int* r = seg + first[c];
+  unsigned int s = r[0];
+  for (long long i = 1; i < count[c]; ++i)
+    s = adv[s & 0xffu] ^ adv[256 + ((s >> 8) & 0xffu)] ^ adv[512 + ((s >> 16) & 0xffu)] ^
+        adv[768 + (s >> 24)] ^ r[i];
+  out[c] = ~s;
+}
+"""
+
+_module: Any = None
+
+
+def _kernels() -> Any:
+    global _module
+    if _module is None:
+        import cupy
+
+        _module = cupy.RawModule(code=_KERNELS)
+    return _module
+
+
+def crc32c(chunks: Sequence[Any], on_gpu: bool) -> Any:
+    """CRC-32C of each chunk: a uint32 array (CuPy on the GPU, else numpy)."""
+    if not on_gpu:
+        import google_crc32c
+
+        return np.array([google_crc32c.value(np.ascontiguousarray(c)) for c in chunks], dtype=np.uint32)
+    import cupy
+
+    try:
+        mod = _kernels()
+    except Exception as e:  # no NVRTC to compile the kernels
+        fallback("the CRC-32C kernels do not compile here (%s)" % str(e).splitlines()[0][:120], len(chunks))
+        return cupy.asarray(crc32c([c.get() for c in chunks], False))
+    chunk, start, length, init, first = segments([int(c.size) for c in chunks])
+    bases = np.array([c.data.ptr for c in chunks], dtype=np.uint64)
+    ptrs = bases[chunk] + start.astype(np.uint64)
+    nseg = len(ptrs)
+    d_ptrs, d_len, d_init = cupy.asarray(ptrs), cupy.asarray(length), cupy.asarray(init)
+    d_table = cupy.asarray(_TABLE)
+    regs = cupy.empty(nseg, dtype=cupy.uint32)
+    threads = 256
+    mod.get_function("ferry_crc32c_segments")(
+        ((nseg + threads - 1) // threads,), (threads,),
+        (d_ptrs, d_len, d_init, d_table, regs, np.int64(nseg)),
+    )
+    counts = np.diff(np.concatenate((first, [nseg]))).astype(np.int64)
+    out = cupy.empty(len(chunks), dtype=cupy.uint32)
+    mod.get_function("ferry_crc32c_fold")(
+        ((len(chunks) + threads - 1) // threads,), (threads,),
+        (regs, cupy.asarray(first), cupy.asarray(counts), cupy.asarray(_advance().ravel()), out,
+         np.int64(len(chunks))),
+    )
+    return out
+
+
+def verify_crc32c(chunks: Sequence[Any], keys: Sequence[str], on_gpu: bool) -> list[Any]:
+    """Checks the trailing CRC-32C of each chunk and returns the chunks without it."""
+    for c, k in zip(chunks, keys):
+        if int(c.size) < 4:
+            raise _chunk_error(k, "crc32c", "the chunk is %d bytes, shorter than its checksum" % c.size)
+    bodies = [c[:-4] for c in chunks]
+    computed = crc32c(bodies, on_gpu)
+    stored_bytes = [c[-4:] for c in chunks]
+    if on_gpu:
+        import cupy
+
+        stored = cupy.concatenate(stored_bytes).view(cupy.uint32) if stored_bytes else cupy.empty(0, cupy.uint32)
+        stored = stored.astype("<u4", copy=False)
+        bad = cupy.nonzero(stored != computed)[0].get()
+        stored_h, computed_h = None, None
+        if bad.size:
+            stored_h, computed_h = stored.get(), computed.get()
+    else:
+        stored_h = np.concatenate(stored_bytes).view("<u4") if stored_bytes else np.empty(0, "<u4")
+        computed_h = computed
+        bad = np.nonzero(stored_h != computed_h)[0]
+    if bad.size:
+        i = int(bad[0])
+        raise _chunk_error(
+            keys[i], "crc32c",
+            "stored checksum %08x, computed %08x" % (int(stored_h[i]), int(computed_h[i])),
+        )
+    return bodies
+
+
+def append_crc32c(chunks: Sequence[Any], on_gpu: bool) -> list[Any]:
+    sums = crc32c(chunks, on_gpu)
+    xp = _xp(on_gpu)
+    tail = sums.astype("<u4").view(xp.uint8).reshape(-1, 4)
+    return [xp.concatenate((c, tail[i])) for i, c in enumerate(chunks)]
+
+
+def _xp(on_gpu: bool) -> Any:
+    if on_gpu:
+        import cupy
+
+        return cupy
+    return np
+
+
+def chunk_error(key: str, field: str, reason: str) -> ChunkError:
+    return _chunk_error(key, field, reason)
