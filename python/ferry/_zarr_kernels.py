@@ -51,10 +51,13 @@ def count(name: str, n: int = 1) -> None:
         _counts[name] += n
 
 
-def fallback(reason: str, n: int = 1) -> None:
-    """Counts `n` chunks handled on the host for `reason`; warns once per reason."""
+def fallback(reason: str, n: int = 1, *, decode: bool = True) -> None:
+    """Counts `n` chunks read (or written) for the GPU but handled on the host for `reason`;
+    warns once per reason."""
     with _lock:
         _fallbacks[reason] += n
+        if decode:
+            _counts["chunks_gpu_on_host"] += n
         first = reason not in _warned
         _warned.add(reason)
     if first:
@@ -83,6 +86,9 @@ def stats() -> dict[str, Any]:
                 "shard_indexes",
             )
         }
+        moved = _counts.get("chunks_gpu_on_host", 0)
+        out["chunks_gpu"] -= moved
+        out["chunks_cpu"] += moved
         out["cpu_fallbacks"] = dict(_fallbacks)
     return out
 
@@ -182,7 +188,6 @@ def decompress(
     if not chunks:
         return []
     if not on_gpu:
-        count("chunks_cpu", len(chunks))
         return [_decode_host(name, c, n, k) for c, n, k in zip(chunks, sizes, keys)]
     import cupy
 
@@ -193,7 +198,6 @@ def decompress(
     _, outs = _aligned_block(cupy, sizes)
     try:
         _nvcomp_decode(name, chunks, outs, stream)
-        count("chunks_gpu", len(chunks))
         return outs
     except Exception:
         pass
@@ -203,7 +207,6 @@ def decompress(
     for c, out, n, k in zip(chunks, outs, sizes, keys):
         try:
             _nvcomp_decode(name, [c], [out], stream)
-            count("chunks_gpu")
             result.append(out)
         except Exception as e:
             host = _decode_host(name, c.get(), n, k)  # raises ChunkError when truly corrupt
@@ -244,9 +247,10 @@ def compress(
             count("encoded_gpu", len(chunks))
             return outs
         except Exception as e:
-            fallback("nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]), len(chunks))
+            fallback("nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]),
+                     len(chunks), decode=False)
     elif on_gpu:
-        fallback(nvcomp_unavailable_reason(), len(chunks))
+        fallback(nvcomp_unavailable_reason(), len(chunks), decode=False)
     codec = _host_codec(name, level)
     out = []
     for c in chunks:

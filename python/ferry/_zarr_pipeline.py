@@ -257,8 +257,7 @@ class CodecPipeline(BatchedCodecPipeline):
                 name = "zstd" if isinstance(codec, ZstdCodec) else "gzip"
                 sizes = [n + 4 * i for n in nbytes]  # only checksums precede a compressor
                 data = K.decompress(name, data, sizes, keys, on_gpu)
-        if not bb:
-            K.count("chunks_gpu" if on_gpu else "chunks_cpu", len(data))
+        K.count("chunks_gpu" if on_gpu else "chunks_cpu", len(data))
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
         stored = ab.endian.value if ab.endian is not None else None
