@@ -51,13 +51,11 @@ def count(name: str, n: int = 1) -> None:
         _counts[name] += n
 
 
-def fallback(reason: str, n: int = 1, *, decode: bool = True) -> None:
+def fallback(reason: str, n: int = 1) -> None:
     """Counts `n` chunks read (or written) for the GPU but handled on the host for `reason`;
     warns once per reason."""
     with _lock:
         _fallbacks[reason] += n
-        if decode:
-            _counts["chunks_gpu_on_host"] += n
         first = reason not in _warned
         _warned.add(reason)
     if first:
@@ -67,10 +65,12 @@ def fallback(reason: str, n: int = 1, *, decode: bool = True) -> None:
 def stats() -> dict[str, Any]:
     """What ferry's Zarr pipeline did in this process.
 
-    ``chunks_gpu`` / ``chunks_cpu``: chunks decoded on the device / the host;
+    ``chunks_gpu`` / ``chunks_cpu``: chunks read for the device / the host and decoded there,
+    apart from the steps that ``cpu_fallbacks`` counts;
     ``encoded_gpu`` / ``encoded_cpu``: the same for writes; ``plans``: batched reads issued;
     ``requests``: byte ranges they read; ``bytes_read``; ``cpu_fallbacks``: reason -> chunks
-    that had to be decoded on the host although they were read for the GPU.
+    read or written for the GPU for which that step (a checksum, a decompression, a
+    compression) ran on the host.
     """
     with _lock:
         out: dict[str, Any] = {
@@ -86,9 +86,6 @@ def stats() -> dict[str, Any]:
                 "shard_indexes",
             )
         }
-        moved = _counts.get("chunks_gpu_on_host", 0)
-        out["chunks_gpu"] -= moved
-        out["chunks_cpu"] += moved
         out["cpu_fallbacks"] = dict(_fallbacks)
     return out
 
@@ -194,10 +191,11 @@ def decompress(
     if nvcomp_module() is None:
         fallback(nvcomp_unavailable_reason(), len(chunks))
         return [cupy.asarray(_decode_host(name, c.get(), n, k)) for c, n, k in zip(chunks, sizes, keys)]
-    stream = cupy.cuda.get_current_stream().ptr
     _, outs = _aligned_block(cupy, sizes)
+    stream = _enter_nvcomp_stream()
     try:
         _nvcomp_decode(name, chunks, outs, stream)
+        _leave_nvcomp_stream()
         return outs
     except Exception:
         pass
@@ -212,7 +210,32 @@ def decompress(
             host = _decode_host(name, c.get(), n, k)  # raises ChunkError when truly corrupt
             fallback("nvCOMP refused a %s chunk (%s)" % (name, str(e).splitlines()[0][:120]))
             result.append(cupy.asarray(host))
+    _leave_nvcomp_stream()
     return result
+
+
+_streams: dict[int, Any] = {}
+
+
+def _enter_nvcomp_stream() -> int:
+    """nvCOMP runs on a stream of its own (a blocking one, so that it is also ordered with
+    the legacy default stream), made to wait for the work queued on the caller's stream."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    s = _streams.get(dev)
+    if s is None:
+        s = _streams[dev] = cupy.cuda.Stream(non_blocking=False)
+    s.wait_event(cupy.cuda.get_current_stream().record())
+    return int(s.ptr)
+
+
+def _leave_nvcomp_stream() -> None:
+    """The caller's stream waits for nvCOMP's work."""
+    import cupy
+
+    s = _streams[cupy.cuda.runtime.getDevice()]
+    cupy.cuda.get_current_stream().wait_event(s.record())
 
 
 def _nvcomp_decode(name: str, chunks: Sequence[Any], outs: Sequence[Any], stream: int) -> None:
@@ -240,17 +263,18 @@ def compress(
 
         try:
             nvcomp = nvcomp_module()
-            stream = cupy.cuda.get_current_stream().ptr
+            stream = _enter_nvcomp_stream()
             codec = _nvcomp_codec(name, stream)
-            res = codec.encode(nvcomp.as_arrays(list(chunks), cuda_stream=stream))
-            outs = [cupy.from_dlpack(a).view(cupy.uint8).ravel() for a in res]
+            res = codec.encode(nvcomp.as_arrays([cupy.ascontiguousarray(c) for c in chunks], cuda_stream=stream))
+            _leave_nvcomp_stream()
+            outs = [cupy.array(cupy.from_dlpack(a), copy=True).view(cupy.uint8).ravel() for a in res]
             count("encoded_gpu", len(chunks))
             return outs
         except Exception as e:
             fallback("nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]),
-                     len(chunks), decode=False)
+                     len(chunks))
     elif on_gpu:
-        fallback(nvcomp_unavailable_reason(), len(chunks), decode=False)
+        fallback(nvcomp_unavailable_reason(), len(chunks))
     codec = _host_codec(name, level)
     out = []
     for c in chunks:
@@ -387,6 +411,8 @@ def _kernels() -> Any:
 
 def crc32c(chunks: Sequence[Any], on_gpu: bool) -> Any:
     """CRC-32C of each chunk: a uint32 array (CuPy on the GPU, else numpy)."""
+    if not chunks:
+        return _xp(on_gpu).empty(0, dtype=np.uint32)
     if not on_gpu:
         import google_crc32c
 

@@ -229,8 +229,7 @@ class CodecPipeline(BatchedCodecPipeline):
                 if not parts:
                     shards.append(None)
                     continue
-                dt = np.dtype(spec.dtype.to_native_dtype())
-                shard = xp.full(spec.shape, _fill(spec), dtype=dt)
+                shard = xp.full(spec.shape, _fill(spec), dtype=_result_dtype(spec, on_gpu))
                 for coords, a in parts:
                     shard[tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, inner_shape))] = a
                 shards.append(shard)
@@ -359,11 +358,16 @@ def _swap(d: Any, size: int, on_gpu: bool) -> Any:
 
 def _from_bytes(d: Any, dt: np.dtype[Any], stored: str | None, on_gpu: bool) -> Any:
     want = _dtype_order(dt)
+    if on_gpu and want is not None:  # CuPy holds native byte order only
+        want, dt = _native_order(), dt.newbyteorder("=")
     if want is not None and stored is not None and want != stored:
         d = _swap(d, _element_size(dt), on_gpu)
-    if on_gpu and want is not None and want != _native_order():
-        dt = dt.newbyteorder("=")  # CuPy holds native byte order only
     return d.view(dt)
+
+
+def _result_dtype(spec: ArraySpec, on_gpu: bool) -> np.dtype[Any]:
+    dt = np.dtype(spec.dtype.to_native_dtype())
+    return dt.newbyteorder("=") if on_gpu and dt.byteorder != "|" else dt
 
 
 def _to_bytes(a: Any, stored: str | None, on_gpu: bool) -> Any:
