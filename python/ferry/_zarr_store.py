@@ -344,18 +344,26 @@ class PendingReads:
         self._files = files
 
     async def wait(self) -> list[Any]:
-        try:
-            for fut in self._futures:
-                await fut
-        finally:
-            for fut in self._futures:  # after an error: let the others finish before closing
-                try:
-                    fut.result()
-                except Exception:
-                    pass
-            for f in self._files:
-                f.close()
+        # One hop to a worker thread for the whole plan: awaiting each ferry.Future would take
+        # one hop per request.
+        if self._futures and not all(f.done() for f in self._futures):
+            await asyncio.get_running_loop().run_in_executor(None, self._finish)
+        else:
+            self._finish()
         return self._views
+
+    def _finish(self) -> None:
+        error: BaseException | None = None
+        for fut in self._futures:  # every request completes before the files close
+            try:
+                fut.result()
+            except BaseException as e:
+                error = error or e
+        for f in self._files:
+            f.close()
+        self._files = []
+        if error is not None:
+            raise error
 
 
 def _count(name: str, n: int = 1) -> None:
