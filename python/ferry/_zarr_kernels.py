@@ -20,14 +20,40 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._errors import ChunkError
 
+
+@dataclass
+class Batch:
+    """Chunks as byte ranges of one 1-D uint8 block (CuPy on the GPU, numpy on the host):
+    chunk i is block[offsets[i] : offsets[i] + sizes[i]]. key_of(i) names it in errors."""
+
+    block: Any
+    offsets: np.ndarray
+    sizes: np.ndarray
+    key_of: Callable[[int], str]
+    on_gpu: bool
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def view(self, i: int) -> Any:
+        o = int(self.offsets[i])
+        return self.block[o : o + int(self.sizes[i])]
+
+    def is_dense(self, stride: int) -> bool:
+        """Whether chunk i starts at i * stride."""
+        return bool(np.array_equal(self.offsets, np.arange(len(self.offsets), dtype=np.int64) * stride))
+
 __all__ = [
+    "Batch",
     "stats",
     "reset_stats",
     "count",
@@ -150,13 +176,16 @@ def _host_codec(name: str, level: int | None = None) -> Any:
     return numcodecs.GZip(level=5 if level is None else level)
 
 
-def _aligned_block(xp: Any, sizes: Sequence[int]) -> tuple[Any, list[Any]]:
-    offsets, total = [], 0
-    for n in sizes:
-        offsets.append(total)
-        total += -(-n // 256) * 256
-    block = xp.empty(max(total, 1), dtype=xp.uint8)
-    return block, [block[o : o + n] for o, n in zip(offsets, sizes)]
+def _host_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        import os
+
+        _pool = ThreadPoolExecutor(max_workers=min(32, os.cpu_count() or 4), thread_name_prefix="ferry-zarr")
+    return _pool
+
+
+_pool: ThreadPoolExecutor | None = None
 
 
 def _decode_host(name: str, data: Any, size: int, key: str) -> np.ndarray:
@@ -178,40 +207,60 @@ def _chunk_error(key: str, field: str, reason: str) -> ChunkError:
     return e
 
 
-def decompress(
-    name: str, chunks: Sequence[Any], sizes: Sequence[int], keys: Sequence[str], on_gpu: bool
-) -> list[Any]:
-    """Decompresses each chunk (zstd or gzip) to exactly sizes[i] bytes."""
-    if not chunks:
-        return []
-    if not on_gpu:
-        return [_decode_host(name, c, n, k) for c, n, k in zip(chunks, sizes, keys)]
+def dense_stride(nbytes: int) -> int:
+    """The distance between decoded chunks in a batch's output block: the chunk size itself
+    when it keeps every chunk 16-byte aligned (nvCOMP's outputs), else rounded up to 256."""
+    return nbytes if nbytes % 16 == 0 else -(-nbytes // 256) * 256
+
+
+def decompress(name: str, batch: Batch, size: int) -> Batch:
+    """Decompresses every chunk (zstd or gzip) to exactly `size` bytes, into a new block with
+    chunk i at i * dense_stride(size)."""
+    n = len(batch)
+    stride = dense_stride(size)
+    xp = _xp(batch.on_gpu)
+    out = xp.empty(max(n * stride, 1), dtype=xp.uint8)
+    offsets = np.arange(n, dtype=np.int64) * stride
+    result = Batch(out, offsets, np.full(n, size, dtype=np.int64), batch.key_of, batch.on_gpu)
+    if n == 0:
+        return result
+    if not batch.on_gpu:
+        def one(i: int) -> None:
+            o = int(offsets[i])
+            out[o : o + size] = _decode_host(name, batch.view(i), size, batch.key_of(i))
+
+        list(_host_pool().map(one, range(n)))
+        return result
     import cupy
 
     if nvcomp_module() is None:
-        fallback(nvcomp_unavailable_reason(), len(chunks))
-        return [cupy.asarray(_decode_host(name, c.get(), n, k)) for c, n, k in zip(chunks, sizes, keys)]
-    _, outs = _aligned_block(cupy, sizes)
+        fallback(nvcomp_unavailable_reason(), n)
+        for i in range(n):
+            o = int(offsets[i])
+            out[o : o + size] = cupy.asarray(_decode_host(name, batch.view(i).get(), size, batch.key_of(i)))
+        return result
+    src = aligned(batch, 16)
     stream = _enter_nvcomp_stream()
     try:
-        _nvcomp_decode(name, chunks, outs, stream)
-        _leave_nvcomp_stream()
-        return outs
-    except Exception:
-        pass
-    # One chunk spoiled the batch: decode them one by one to name it, falling back to the host
-    # for chunks that nvCOMP refuses but the host decodes (counted).
-    result = []
-    for c, out, n, k in zip(chunks, outs, sizes, keys):
         try:
-            _nvcomp_decode(name, [c], [out], stream)
-            result.append(out)
-        except Exception as e:
-            host = _decode_host(name, c.get(), n, k)  # raises ChunkError when truly corrupt
-            fallback("nvCOMP refused a %s chunk (%s)" % (name, str(e).splitlines()[0][:120]))
-            result.append(cupy.asarray(host))
-    _leave_nvcomp_stream()
-    return result
+            _nvcomp_decode(name, src.block, src.offsets, src.sizes, out, offsets, size, stream)
+            return result
+        except Exception:
+            pass
+        # One chunk spoiled the batch: decode them one by one to name it, falling back to the
+        # host for chunks that nvCOMP refuses but the host decodes (counted).
+        for i in range(n):
+            try:
+                _nvcomp_decode(name, src.block, src.offsets[i : i + 1], src.sizes[i : i + 1], out,
+                               offsets[i : i + 1], size, stream)
+            except Exception as e:
+                host = _decode_host(name, src.view(i).get(), size, batch.key_of(i))  # ChunkError if corrupt
+                fallback("nvCOMP refused a %s chunk (%s)" % (name, str(e).splitlines()[0][:120]))
+                o = int(offsets[i])
+                out[o : o + size] = cupy.asarray(host)
+        return result
+    finally:
+        _leave_nvcomp_stream()
 
 
 _streams: dict[int, Any] = {}
@@ -238,18 +287,56 @@ def _leave_nvcomp_stream() -> None:
     cupy.cuda.get_current_stream().wait_event(s.record())
 
 
-def _nvcomp_decode(name: str, chunks: Sequence[Any], outs: Sequence[Any], stream: int) -> None:
+def _nvcomp_decode(name: str, src: Any, src_off: np.ndarray, src_len: np.ndarray, dst: Any,
+                   dst_off: np.ndarray, size: int, stream: int) -> None:
     nvcomp = nvcomp_module()
     codec = _nvcomp_codec(name, stream)
-    srcs = nvcomp.as_arrays(list(chunks), cuda_stream=stream)
-    dsts = nvcomp.as_arrays(list(outs), cuda_stream=stream)
+    srcs = nvcomp.as_arrays(src, src_off.tolist(), src_len.tolist(), cuda_stream=stream)
+    dsts = nvcomp.as_arrays(dst, dst_off.tolist(), [size] * len(dst_off), cuda_stream=stream)
     res = codec.decode(srcs, out=dsts)
-    got = list(res.buffer_sizes) if hasattr(res, "buffer_sizes") else None
+    got = getattr(res, "buffer_sizes", None)
     if got is not None:
-        got = [int(x) for x in (got.get() if hasattr(got, "get") else got)]
-        want = [int(o.size) for o in outs]
-        if got != want:
-            raise ValueError("decoded sizes %s, expected %s" % (got[:4], want[:4]))
+        got = np.asarray(got.get() if hasattr(got, "get") else list(got), dtype=np.int64)
+        if got.size and not np.all(got == size):
+            i = int(np.nonzero(got != size)[0][0])
+            raise ValueError("chunk %d decoded to %d bytes, expected %d" % (i, got[i], size))
+
+
+def aligned(batch: Batch, alignment: int) -> Batch:
+    """The batch itself when every chunk starts at a multiple of `alignment`, else a copy
+    whose chunks do (one gather kernel on the GPU)."""
+    if not np.any(batch.offsets % alignment):
+        return batch
+    return gather(batch, None, alignment)
+
+
+def gather(batch: Batch, stride: int | None, alignment: int = 256) -> Batch:
+    """A copy of the batch with chunk i at i * stride (stride None: each chunk at the next
+    multiple of `alignment`)."""
+    n = len(batch)
+    if stride is None:
+        padded = -(-batch.sizes // alignment) * alignment
+        offsets = np.concatenate(([0], np.cumsum(padded)[:-1])).astype(np.int64) if n else padded
+        total = int(padded.sum())
+    else:
+        offsets = np.arange(n, dtype=np.int64) * stride
+        total = n * stride
+    xp = _xp(batch.on_gpu)
+    out = xp.empty(max(total, 1), dtype=xp.uint8)
+    if n and batch.on_gpu:
+        try:
+            _kernels().get_function("ferry_gather")(
+                (n,), (256,),
+                (batch.block, xp.asarray(batch.offsets), out, xp.asarray(offsets),
+                 xp.asarray(batch.sizes.astype(np.int64))),
+            )
+            return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
+        except Exception as e:
+            fallback("the gather kernel does not compile here (%s)" % str(e).splitlines()[0][:120], 0)
+    for i in range(n):
+        o = int(offsets[i])
+        out[o : o + int(batch.sizes[i])] = batch.view(i)
+    return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
 
 
 def compress(
@@ -395,6 +482,15 @@ extern "C" __global__ void ferry_crc32c_fold(
         adv[768 + (s >> 24)] ^ r[i];
   out[c] = ~s;
 }
+
+extern "C" __global__ void ferry_gather(
+    const unsigned char* src, const long long* src_off, unsigned char* dst,
+    const long long* dst_off, const long long* len) {
+  const unsigned char* s = src + src_off[blockIdx.x];
+  unsigned char* d = dst + dst_off[blockIdx.x];
+  long long n = len[blockIdx.x];
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
 """
 
 _module: Any = None
@@ -410,70 +506,76 @@ def _kernels() -> Any:
 
 
 def crc32c(chunks: Sequence[Any], on_gpu: bool) -> Any:
-    """CRC-32C of each chunk: a uint32 array (CuPy on the GPU, else numpy)."""
+    """CRC-32C of each 1-D uint8 array: a uint32 array (CuPy on the GPU, else numpy)."""
     if not chunks:
         return _xp(on_gpu).empty(0, dtype=np.uint32)
     if not on_gpu:
         import google_crc32c
 
         return np.array([google_crc32c.value(np.ascontiguousarray(c)) for c in chunks], dtype=np.uint32)
+    ptrs = np.array([c.data.ptr for c in chunks], dtype=np.uint64)
+    sizes = np.array([int(c.size) for c in chunks], dtype=np.int64)
+    return _crc32c_gpu(ptrs, sizes, lambda: [c.get() for c in chunks])
+
+
+def _crc32c_gpu(bases: np.ndarray, sizes: np.ndarray, host: Callable[[], Sequence[Any]]) -> Any:
     import cupy
 
     try:
         mod = _kernels()
     except Exception as e:  # no NVRTC to compile the kernels
-        fallback("the CRC-32C kernels do not compile here (%s)" % str(e).splitlines()[0][:120], len(chunks))
-        return cupy.asarray(crc32c([c.get() for c in chunks], False))
-    chunk, start, length, init, first = segments([int(c.size) for c in chunks])
-    bases = np.array([c.data.ptr for c in chunks], dtype=np.uint64)
+        fallback("the CRC-32C kernels do not compile here (%s)" % str(e).splitlines()[0][:120], len(sizes))
+        return cupy.asarray(crc32c(list(host()), False))
+    chunk, start, length, init, first = segments(sizes)
     ptrs = bases[chunk] + start.astype(np.uint64)
     nseg = len(ptrs)
-    d_ptrs, d_len, d_init = cupy.asarray(ptrs), cupy.asarray(length), cupy.asarray(init)
-    d_table = cupy.asarray(_TABLE)
     regs = cupy.empty(nseg, dtype=cupy.uint32)
     threads = 256
     mod.get_function("ferry_crc32c_segments")(
         ((nseg + threads - 1) // threads,), (threads,),
-        (d_ptrs, d_len, d_init, d_table, regs, np.int64(nseg)),
+        (cupy.asarray(ptrs), cupy.asarray(length), cupy.asarray(init), cupy.asarray(_TABLE), regs,
+         np.int64(nseg)),
     )
     counts = np.diff(np.concatenate((first, [nseg]))).astype(np.int64)
-    out = cupy.empty(len(chunks), dtype=cupy.uint32)
+    out = cupy.empty(len(sizes), dtype=cupy.uint32)
     mod.get_function("ferry_crc32c_fold")(
-        ((len(chunks) + threads - 1) // threads,), (threads,),
+        ((len(sizes) + threads - 1) // threads,), (threads,),
         (regs, cupy.asarray(first), cupy.asarray(counts), cupy.asarray(_advance().ravel()), out,
-         np.int64(len(chunks))),
+         np.int64(len(sizes))),
     )
     return out
 
 
-def verify_crc32c(chunks: Sequence[Any], keys: Sequence[str], on_gpu: bool) -> list[Any]:
-    """Checks the trailing CRC-32C of each chunk and returns the chunks without it."""
-    for c, k in zip(chunks, keys):
-        if int(c.size) < 4:
-            raise _chunk_error(k, "crc32c", "the chunk is %d bytes, shorter than its checksum" % c.size)
-    bodies = [c[:-4] for c in chunks]
-    computed = crc32c(bodies, on_gpu)
-    stored_bytes = [c[-4:] for c in chunks]
-    if on_gpu:
-        import cupy
-
-        stored = cupy.concatenate(stored_bytes).view(cupy.uint32) if stored_bytes else cupy.empty(0, cupy.uint32)
-        stored = stored.astype("<u4", copy=False)
-        bad = cupy.nonzero(stored != computed)[0].get()
-        stored_h, computed_h = None, None
-        if bad.size:
-            stored_h, computed_h = stored.get(), computed.get()
+def verify_crc32c(batch: Batch) -> Batch:
+    """Checks the trailing CRC-32C of each chunk; returns the batch without the checksums."""
+    n = len(batch)
+    short = np.nonzero(batch.sizes < 4)[0]
+    if short.size:
+        i = int(short[0])
+        raise _chunk_error(batch.key_of(i), "crc32c",
+                           "the chunk is %d bytes, shorter than its checksum" % batch.sizes[i])
+    body = Batch(batch.block, batch.offsets, batch.sizes - 4, batch.key_of, batch.on_gpu)
+    if n == 0:
+        return body
+    xp = _xp(batch.on_gpu)
+    where = (batch.offsets + batch.sizes - 4)[:, None] + np.arange(4, dtype=np.int64)
+    stored = xp.ascontiguousarray(batch.block[xp.asarray(where.ravel())]).view("<u4")
+    if batch.on_gpu:
+        base = np.uint64(batch.block.data.ptr)
+        computed = _crc32c_gpu(base + body.offsets.astype(np.uint64), body.sizes,
+                               lambda: [body.view(i).get() for i in range(n)])
+        bad = xp.nonzero(stored != computed)[0].get()
     else:
-        stored_h = np.concatenate(stored_bytes).view("<u4") if stored_bytes else np.empty(0, "<u4")
-        computed_h = computed
-        bad = np.nonzero(stored_h != computed_h)[0]
+        import google_crc32c
+
+        computed = np.array([google_crc32c.value(np.ascontiguousarray(body.view(i))) for i in range(n)],
+                            dtype=np.uint32)
+        bad = np.nonzero(stored != computed)[0]
     if bad.size:
         i = int(bad[0])
-        raise _chunk_error(
-            keys[i], "crc32c",
-            "stored checksum %08x, computed %08x" % (int(stored_h[i]), int(computed_h[i])),
-        )
-    return bodies
+        raise _chunk_error(batch.key_of(i), "crc32c", "stored checksum %08x, computed %08x"
+                           % (int(stored[i]), int(computed[i])))
+    return body
 
 
 def append_crc32c(chunks: Sequence[Any], on_gpu: bool) -> list[Any]:
@@ -492,4 +594,5 @@ def _xp(on_gpu: bool) -> Any:
 
 
 def chunk_error(key: str, field: str, reason: str) -> ChunkError:
+    """The ChunkError for chunk `key`, refused by codec `field` for `reason`."""
     return _chunk_error(key, field, reason)

@@ -142,19 +142,17 @@ class CodecPipeline(BatchedCodecPipeline):
         store: Store = batch[0][0].store
         pending = store.start_reads([ReadRequest(bg.path) for bg, *_ in groups[0]], on_gpu=on_gpu)
         for g, group in enumerate(groups):
-            raws = await pending.wait()
-            if g + 1 < len(groups):
+            await pending.wait()
+            done = pending
+            if g + 1 < len(groups):  # the next group's reads run while this one decodes
                 pending = store.start_reads([ReadRequest(bg.path) for bg, *_ in groups[g + 1]], on_gpu=on_gpu)
-            present = [i for i, r in enumerate(raws) if r is not None]
-            arrays = self.decode_arrays(
-                [raws[i] for i in present],
-                [group[i][1] for i in present],
-                [group[i][0].path for i in present],
-                on_gpu,
-            )
+            present = done.present
+            chunks = K.Batch(done.block, done.offsets, done.sizes,
+                             lambda j, group=group, present=present: group[present[j]][0].path, on_gpu)
+            dense = self.decode_dense(chunks, group[0][1]) if present else None
             decoded: list[Any] = [None] * len(group)
-            for i, a in zip(present, arrays):
-                decoded[i] = a
+            for j, i in enumerate(present):
+                decoded[i] = dense[j]
             _place(out, group, decoded, drop_axes)
 
     async def _read_shards(self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> None:
@@ -163,113 +161,129 @@ class CodecPipeline(BatchedCodecPipeline):
         inner_pipeline = type(self).from_codecs(sc.codecs)
         spec0 = batch[0][1]
         on_gpu = is_gpu_prototype(spec0.prototype)
+        xp = _xp(on_gpu)
         store: Store = batch[0][0].store
         inner_shape = tuple(sc.chunk_shape)
+        inner_spec = ArraySpec(shape=inner_shape, dtype=spec0.dtype, fill_value=spec0.fill_value,
+                               config=spec0.config, prototype=spec0.prototype)
         index_codecs = list(sc.index_codecs)
         index_crc = len(index_codecs) == 2
-        index_endian = index_codecs[0].endian.value if index_codecs[0].endian is not None else "little"
+        index_big = index_codecs[0].endian is not None and index_codecs[0].endian.value == "big"
 
         for group in _groups(batch):
-            # 1. every shard index of the group, one plan, on the host (they are small)
-            per_shard = []
-            reqs = []
-            for _bg, spec, *_ in group:
-                cps = tuple(s // c for s, c in zip(spec.shape, inner_shape))
-                size = 16 * math.prod(cps) + (4 if index_crc else 0)
-                rng = SuffixByteRequest(size) if sc.index_location.value == "end" else RangeByteRequest(0, size)
-                per_shard.append((cps, size))
-                reqs.append(ReadRequest(_bg.path, rng))
+            # 1. every shard index of the group: one plan, into host memory (they are small)
+            cps_of = [tuple(s // c for s, c in zip(spec.shape, inner_shape)) for _bg, spec, *_ in group]
+            size_of = [16 * math.prod(cps) + (4 if index_crc else 0) for cps in cps_of]
+            reqs = [
+                ReadRequest(bg.path, SuffixByteRequest(n) if sc.index_location.value == "end" else RangeByteRequest(0, n))
+                for (bg, *_), n in zip(group, size_of)
+            ]
             index_raws = await store.start_reads(reqs, on_gpu=False).wait()
             K.count("shard_indexes", sum(r is not None for r in index_raws))
 
-            # 2. every inner chunk the selection touches, of every shard, one plan
-            inner_reqs: list[ReadRequest] = []
-            inner_where: list[tuple[int, tuple[int, ...]]] = []
-            indexes: list[np.ndarray | None] = []
-            for s, ((bg, spec, chunk_sel, _o, _c), (cps, size), raw) in enumerate(zip(group, per_shard, index_raws)):
+            # 2. for each shard, the span of the inner chunks its selection touches; all spans
+            #    of the group read in one plan
+            spans: list[ReadRequest] = []
+            plans: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int]] = []
+            for s, ((bg, _spec, chunk_sel, _o, _c), cps, n, raw) in enumerate(zip(group, cps_of, size_of, index_raws)):
                 if raw is None:
-                    indexes.append(None)
                     continue
-                key = bg.path
-                if raw.size != size:
-                    raise K.chunk_error(key, "sharding_indexed", "the shard is shorter than its index (%d bytes)" % size)
+                if raw.size != n:
+                    raise K.chunk_error(bg.path, "sharding_indexed", "the shard is shorter than its index (%d bytes)" % n)
                 if index_crc:
-                    raw = K.verify_crc32c([raw], [key + " (shard index)"], False)[0]
-                table = raw.view("<u8" if index_endian == "little" else ">u8").reshape(cps + (2,))
-                indexes.append(table)
-                for coords in _touched(chunk_sel, inner_shape, cps):
-                    off, n = (int(x) for x in table[coords])
-                    if off == _MAX_U64 and n == _MAX_U64:
-                        continue
-                    inner_reqs.append(ReadRequest(key, RangeByteRequest(off, off + n)))
-                    inner_where.append((s, coords))
-            raws = await store.start_reads(inner_reqs, on_gpu=on_gpu).wait()
-            inner_spec = ArraySpec(
-                shape=inner_shape,
-                dtype=spec0.dtype,
-                fill_value=spec0.fill_value,
-                config=spec0.config,
-                prototype=spec0.prototype,
-            )
-            arrays = inner_pipeline.decode_arrays(
-                list(raws),
-                [inner_spec] * len(raws),
-                ["%s[inner chunk %s]" % (group[s][0].path, ",".join(map(str, c))) for s, c in inner_where],
-                on_gpu,
-            )
-
-            # 3. each shard assembled on the device (fill value where inner chunks are missing)
-            by_shard: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
-            for (s, coords), a in zip(inner_where, arrays):
-                by_shard.setdefault(s, []).append((coords, a))
-            shards: list[Any] = []
-            xp = _xp(on_gpu)
-            for s, (_bg, spec, chunk_sel, _o, _c) in enumerate(group):
-                parts = by_shard.get(s)
-                if not parts:
-                    shards.append(None)
+                    one = K.Batch(raw, np.zeros(1, np.int64), np.array([n], np.int64),
+                                  lambda _i, key=bg.path: key + " (shard index)", False)
+                    raw = K.verify_crc32c(one).view(0)
+                table = raw.view(">u8" if index_big else "<u8").reshape(-1, 2).astype(np.uint64)
+                linear = _touched(chunk_sel, inner_shape, cps)
+                offs, lens = table[linear, 0], table[linear, 1]
+                keep = ~((offs == _MAX_U64) & (lens == _MAX_U64))
+                linear, offs, lens = linear[keep], offs[keep].astype(np.int64), lens[keep].astype(np.int64)
+                if linear.size == 0:
                     continue
-                shard = xp.full(spec.shape, _fill(spec), dtype=_result_dtype(spec, on_gpu))
-                for coords, a in parts:
-                    shard[tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, inner_shape))] = a
-                shards.append(shard)
+                lo, hi = int(offs.min()), int((offs + lens).max())
+                spans.append(ReadRequest(bg.path, RangeByteRequest(lo, hi)))
+                plans.append((s, linear, offs - lo, lens, hi - lo))
+            done = await _wait(store.start_reads(spans, on_gpu=on_gpu))
+            base = {plans[j][0]: (int(done.offsets[k]), int(done.sizes[k])) for k, j in enumerate(done.present)}
+            plans = [p for p in plans if p[0] in base]
+            for s, _linear, rel, lens, span in plans:
+                if base[s][1] != span or np.any(rel + lens > span):
+                    raise K.chunk_error(group[s][0].path, "sharding_indexed", "an inner chunk lies past the end of the shard")
+
+            # 3. every inner chunk of the group decoded as one batch
+            owners = np.concatenate([np.full(p[1].size, j, dtype=np.int64) for j, p in enumerate(plans)]) if plans else np.zeros(0, np.int64)
+            coords = np.concatenate([p[1] for p in plans]) if plans else np.zeros(0, np.int64)
+
+            def key_of(i: int, owners: np.ndarray = owners, coords: np.ndarray = coords, plans: list[Any] = plans, group: list[_BatchItem] = group) -> str:
+                s = plans[int(owners[i])][0]
+                cps = tuple(x // c for x, c in zip(group[s][1].shape, inner_shape))
+                where = np.unravel_index(int(coords[i]), cps)
+                return "%s[inner chunk %s]" % (group[s][0].path, ",".join(str(int(x)) for x in where))
+
+            inner = K.Batch(
+                done.block,
+                np.concatenate([base[p[0]][0] + p[2] for p in plans]) if plans else np.zeros(0, np.int64),
+                np.concatenate([p[3] for p in plans]) if plans else np.zeros(0, np.int64),
+                key_of, on_gpu,
+            )
+            dense = inner_pipeline.decode_dense(inner, inner_spec) if len(inner) else None
+
+            # 4. each shard assembled on the device from its inner chunks (fill value elsewhere)
+            shards: list[Any] = [None] * len(group)
+            start = 0
+            for s, linear, _rel, _lens, _span in plans:
+                spec = group[s][1]
+                cps = tuple(x // c for x, c in zip(spec.shape, inner_shape))
+                part = dense[start : start + linear.size]
+                start += linear.size
+                total = math.prod(cps)
+                if linear.size == total and np.array_equal(linear, np.arange(total)):
+                    slots = part
+                else:
+                    slots = xp.full((total,) + inner_shape, _fill(spec), dtype=part.dtype)
+                    slots[xp.asarray(linear)] = part
+                nd = len(inner_shape)
+                interleave = [a for k in range(nd) for a in (k, nd + k)]
+                shards[s] = slots.reshape(cps + inner_shape).transpose(interleave).reshape(spec.shape)
             _place(out, group, shards, drop_axes)
 
     # -- the codecs over a batch ---------------------------------------------------------------
 
-    def decode_arrays(
-        self, raws: Sequence[Any], specs: Sequence[ArraySpec], keys: Sequence[str], on_gpu: bool
-    ) -> list[Any]:
-        """Decodes 1-D uint8 chunk arrays (CuPy on the GPU) to arrays of each spec's shape."""
-        if not raws:
-            return []
-        spec_ab = [self._ab_spec(s) for s in specs]
-        dts = [np.dtype(s.dtype.to_native_dtype()) for s in spec_ab]
-        nbytes = [math.prod(s.shape) * dt.itemsize for s, dt in zip(spec_ab, dts)]
+    def decode_dense(self, batch: K.Batch, spec: ArraySpec) -> Any:
+        """Decodes a batch of chunks of one spec to one array of shape (len(batch), *shape)
+        (CuPy on the GPU)."""
+        on_gpu = batch.on_gpu
+        spec_ab = self._ab_spec(spec)
+        dt = np.dtype(spec_ab.dtype.to_native_dtype())
+        nbytes = math.prod(spec_ab.shape) * dt.itemsize
         bb = self.bytes_bytes_codecs
-        data = list(raws)
         for i in range(len(bb) - 1, -1, -1):
             codec = bb[i]
             if isinstance(codec, Crc32cCodec):
-                data = K.verify_crc32c(data, keys, on_gpu)
+                batch = K.verify_crc32c(batch)
             else:
                 name = "zstd" if isinstance(codec, ZstdCodec) else "gzip"
-                sizes = [n + 4 * i for n in nbytes]  # only checksums precede a compressor
-                data = K.decompress(name, data, sizes, keys, on_gpu)
-        K.count("chunks_gpu" if on_gpu else "chunks_cpu", len(data))
+                batch = K.decompress(name, batch, nbytes + 4 * i)  # only checksums precede it
+        K.count("chunks_gpu" if on_gpu else "chunks_cpu", len(batch))
+        wrong = np.nonzero(batch.sizes != nbytes)[0]
+        if wrong.size:
+            j = int(wrong[0])
+            raise K.chunk_error(batch.key_of(j), "bytes", "the chunk holds %d bytes, %d expected"
+                                % (batch.sizes[j], nbytes))
+        n = len(batch)
+        if not batch.is_dense(nbytes):
+            batch = K.gather(batch, nbytes)
+        rows = batch.block[: n * nbytes].reshape(n, nbytes)
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
         stored = ab.endian.value if ab.endian is not None else None
-        arrays = []
-        for d, spec, dt, n, key in zip(data, spec_ab, dts, nbytes, keys):
-            if int(d.size) != n:
-                raise K.chunk_error(key, "bytes", "the chunk holds %d bytes, %d expected" % (d.size, n))
-            arrays.append(_from_bytes(d, dt, stored, on_gpu).reshape(spec.shape))
+        arr = _from_bytes(rows, dt, stored, on_gpu).reshape((n,) + tuple(spec_ab.shape))
         for codec in reversed(self.array_array_codecs):
             assert isinstance(codec, TransposeCodec)
-            inverse = tuple(int(i) for i in np.argsort(codec.order))
-            arrays = [a.transpose(inverse) for a in arrays]
-        return arrays
+            inverse = [int(i) for i in np.argsort(codec.order)]
+            arr = arr.transpose([0] + [1 + i for i in inverse])
+        return arr
 
     def _ab_spec(self, spec: ArraySpec) -> ArraySpec:
         for c in self.array_array_codecs:
@@ -280,15 +294,22 @@ class CodecPipeline(BatchedCodecPipeline):
         self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
     ) -> Iterable[NDBuffer | None]:
         items = list(chunk_bytes_and_specs)
-        if not items or not self._chunk_chain_supported() or not _supported_dtype(items[0][1]):
+        specs = {(tuple(spec.shape), id(spec.prototype)) for _b, spec in items}
+        if (not items or len(specs) != 1 or not self._chunk_chain_supported()
+                or not _supported_dtype(items[0][1])):
             return await super().decode_batch(items)
         on_gpu = is_gpu_prototype(items[0][1].prototype)
         present = [i for i, (b, _) in enumerate(items) if b is not None]
-        raws = [_as_bytes(items[i][0], on_gpu) for i in present]
-        arrays = self.decode_arrays(raws, [items[i][1] for i in present], ["<chunk %d of the batch>" % i for i in present], on_gpu)
+        raws = [_as_bytes(items[i][0], on_gpu) for i in present]  # type: ignore[arg-type]
+        sizes = np.array([int(r.size) for r in raws], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if raws else sizes
+        xp = _xp(on_gpu)
+        block = xp.concatenate(raws) if raws else xp.empty(1, xp.uint8)
+        chunks = K.Batch(block, offsets, sizes, lambda j: "<chunk %d of the batch>" % present[j], on_gpu)
+        dense = self.decode_dense(K.aligned(chunks, 16) if on_gpu else chunks, items[0][1]) if raws else None
         result: list[NDBuffer | None] = [None] * len(items)
-        for i, a in zip(present, arrays):
-            result[i] = items[i][1].prototype.nd_buffer.from_ndarray_like(a)
+        for j, i in enumerate(present):
+            result[i] = items[i][1].prototype.nd_buffer.from_ndarray_like(dense[j])
         return result
 
     # -- writes --------------------------------------------------------------------------------
@@ -350,19 +371,21 @@ def _element_size(dt: np.dtype[Any]) -> int:
     return dt.itemsize // 2 if dt.kind == "c" else dt.itemsize
 
 
-def _swap(d: Any, size: int, on_gpu: bool) -> Any:
+def _swap(rows: Any, size: int, on_gpu: bool) -> Any:
     # Each element's bytes reversed: a strided view copied by one device (or numpy) kernel.
     xp = _xp(on_gpu)
-    return xp.ascontiguousarray(d.reshape(-1, size)[:, ::-1]).ravel()
+    n = rows.shape[0]
+    return xp.ascontiguousarray(rows.reshape(n, -1, size)[:, :, ::-1]).reshape(n, -1)
 
 
-def _from_bytes(d: Any, dt: np.dtype[Any], stored: str | None, on_gpu: bool) -> Any:
+def _from_bytes(rows: Any, dt: np.dtype[Any], stored: str | None, on_gpu: bool) -> Any:
+    """(n, nbytes) uint8 rows, C-contiguous, as (n, nbytes // itemsize) elements of dt."""
     want = _dtype_order(dt)
     if on_gpu and want is not None:  # CuPy holds native byte order only
         want, dt = _native_order(), dt.newbyteorder("=")
     if want is not None and stored is not None and want != stored:
-        d = _swap(d, _element_size(dt), on_gpu)
-    return d.view(dt)
+        rows = _swap(rows, _element_size(dt), on_gpu)
+    return rows.view(dt)
 
 
 def _result_dtype(spec: ArraySpec, on_gpu: bool) -> np.dtype[Any]:
@@ -375,7 +398,7 @@ def _to_bytes(a: Any, stored: str | None, on_gpu: bool) -> Any:
     d = a.ravel().view(np.uint8) if not on_gpu else a.ravel().view("u1")
     have = _dtype_order(dt)
     if have is not None and stored is not None and have != stored:
-        d = _swap(d, _element_size(dt), on_gpu)
+        d = _swap(d.reshape(1, -1), _element_size(dt), on_gpu).reshape(-1)
     return d
 
 
@@ -398,29 +421,32 @@ def _groups(batch: list[_BatchItem]) -> list[list[_BatchItem]]:
     return groups
 
 
-def _touched(sel: Any, inner: tuple[int, ...], cps: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Inner chunks of a shard that the chunk selection reads (all of them for selections
-    that are not slices or integers)."""
-    ranges: list[Sequence[int]] = []
+def _touched(sel: Any, inner: tuple[int, ...], cps: tuple[int, ...]) -> np.ndarray:
+    """Linear (C-order) indices of the inner chunks of a shard that the chunk selection reads
+    (all of them for selections that are not slices or integers)."""
+    ranges: list[np.ndarray] = []
     if not isinstance(sel, tuple) or len(sel) != len(inner):
-        ranges = [range(n) for n in cps]
+        ranges = [np.arange(n) for n in cps]
     else:
         for s, c, n in zip(sel, inner, cps):
-            if isinstance(s, slice) and (s.step in (None, 1)):
+            if isinstance(s, slice) and s.step in (None, 1):
                 start = 0 if s.start is None else s.start
                 stop = n * c if s.stop is None else s.stop
-                ranges.append(range(start // c, min(-(-stop // c), n)) if stop > start else range(0))
+                ranges.append(np.arange(start // c, min(-(-stop // c), n)) if stop > start else np.arange(0))
             elif isinstance(s, (int, np.integer)):
-                ranges.append([int(s) // c])
+                ranges.append(np.array([int(s) // c]))
             else:
                 try:
-                    ranges.append(sorted({int(i) // c for i in np.asarray(s).ravel()}))
+                    ranges.append(np.unique(np.asarray(s).ravel() // c))
                 except Exception:
-                    ranges.append(range(n))
-    out: list[tuple[int, ...]] = [()]
-    for r in ranges:
-        out = [o + (i,) for o in out for i in r]
-    return out
+                    ranges.append(np.arange(n))
+    grids = np.meshgrid(*ranges, indexing="ij")
+    return np.ravel_multi_index(tuple(g.ravel() for g in grids), cps).astype(np.int64)
+
+
+async def _wait(pending: Any) -> Any:
+    await pending.wait()
+    return pending
 
 
 def _place(out: NDBuffer, group: list[_BatchItem], arrays: Sequence[Any], drop_axes: tuple[int, ...]) -> None:

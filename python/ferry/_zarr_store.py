@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -217,7 +218,13 @@ class Store(_ZarrStore):
         _count("plans")
         _count("requests", len(pending))
         _count("bytes_read", nbytes)
-        return PendingReads(out, pending, [f for f in files.values() if f is not None])
+        present = [i for i, span in enumerate(spans) if span is not None]
+        return PendingReads(
+            out, pending, [f for f in files.values() if f is not None], block,
+            np.array([offsets[i] for i in present], dtype=np.int64),
+            np.array([spans[i][1] - spans[i][0] for i in present], dtype=np.int64),  # type: ignore[index]
+            present,
+        )
 
     def _open_for_read(self, key: str) -> Any:
         try:
@@ -336,12 +343,20 @@ _MISSING = object()
 
 
 class PendingReads:
-    """The reads of one plan in flight. The files close once they are done."""
+    """The reads of one plan in flight. The files close once they are done.
 
-    def __init__(self, views: list[Any], futures: list[Any], files: list[Any]) -> None:
+    After wait(): `block` holds every value read, request present[j] at
+    block[offsets[j] : offsets[j] + sizes[j]] (requests for missing keys are left out)."""
+
+    def __init__(self, views: list[Any], futures: list[Any], files: list[Any], block: Any,
+                 offsets: np.ndarray, sizes: np.ndarray, present: list[int]) -> None:
         self._views = views
         self._futures = futures
         self._files = files
+        self.block = block
+        self.offsets = offsets
+        self.sizes = sizes
+        self.present = present
 
     async def wait(self) -> list[Any]:
         # One hop to a worker thread for the whole plan: awaiting each ferry.Future would take
@@ -381,6 +396,4 @@ def _allocate(nbytes: int, on_gpu: bool) -> Any:
         import cupy
 
         return cupy.empty(max(nbytes, 1), dtype=cupy.uint8)
-    import numpy
-
-    return numpy.empty(max(nbytes, 1), dtype=numpy.uint8)
+    return np.empty(max(nbytes, 1), dtype=np.uint8)
