@@ -187,16 +187,26 @@ def main() -> int:
             return zarr.open_array(store=store or path, mode="r")[...]
         return go
 
+    class Unordered:
+        """A GPU view offered through the CUDA array interface with no stream, so that ferry
+        reads it on its parallel path (as ferry.zarr's store does)."""
+
+        def __init__(self, view: Any) -> None:
+            self.view = view
+            self.__cuda_array_interface__ = {"shape": (int(view.size),), "typestr": "|u1", "version": 3,
+                                             "data": (int(view.data.ptr), False), "strides": None, "stream": None}
+
     def raw_read(path: str) -> Callable[[], Any]:
         files = chunk_files(path)
         sizes = [os.path.getsize(f) for f in files]
 
         def go() -> Any:
             buf = cupy.empty(sum(sizes), dtype=cupy.uint8)
+            sync()
             handles = [ferry.File(f) for f in files]
             futs, off = [], 0
             for h, n in zip(handles, sizes):
-                futs.append(h.pread(buf[off : off + n]))
+                futs.append(h.pread(Unordered(buf[off : off + n])))
                 off += n
             for fu in futs:
                 fu.result()

@@ -198,6 +198,13 @@ class Store(_ZarrStore):
                 if span is not None:
                     total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
             block = _allocate(total, on_gpu) if requests else None
+            if on_gpu:
+                # The reads below are ordered with no stream; the block may be memory that work
+                # still queued on the current stream used last (CuPy's pool reuses it in stream
+                # order), so that work finishes first.
+                import cupy
+
+                cupy.cuda.get_current_stream().synchronize()
             out: list[Any] = []
             pending = []
             nbytes = 0
@@ -208,7 +215,8 @@ class Store(_ZarrStore):
                 view = block[off : off + span[1] - span[0]]
                 out.append(view)
                 if span[1] > span[0]:
-                    pending.append(files[req.key].pread(view, span[0]))
+                    target = _Unordered(view) if on_gpu else view
+                    pending.append(files[req.key].pread(target, span[0]))
                     nbytes += span[1] - span[0]
         except BaseException:
             for f in files.values():
@@ -340,6 +348,27 @@ class Store(_ZarrStore):
 
 
 _MISSING = object()
+
+
+class _Unordered:
+    """GPU memory offered to ferry through the CUDA array interface with no stream: the reads
+    into it need no stream order (start_reads synchronized first, and the results are used only
+    after the futures complete), so they take the engine's parallel path, GPUDirect Storage
+    included, rather than the stream lanes that serialize requests on one stream. (CuPy's own
+    DLPack and interface exports name a stream.)"""
+
+    __slots__ = ("__cuda_array_interface__", "_owner")
+
+    def __init__(self, view: Any) -> None:
+        self._owner = view
+        self.__cuda_array_interface__ = {
+            "shape": (int(view.size),),
+            "typestr": "|u1",
+            "data": (int(view.data.ptr), False),
+            "strides": None,
+            "stream": None,
+            "version": 3,
+        }
 
 
 class PendingReads:
