@@ -140,12 +140,20 @@ class CodecPipeline(BatchedCodecPipeline):
         on_gpu = is_gpu_prototype(batch[0][1].prototype)
         groups = _groups(batch)
         store: Store = batch[0][0].store
-        pending = store.start_reads([ReadRequest(bg.path) for bg, *_ in groups[0]], on_gpu=on_gpu)
+        out_arr = out.as_ndarray_like()
+
+        def requests(group: list[_BatchItem]) -> list[ReadRequest]:
+            return [ReadRequest(item[0].path, None, self._direct_target(out_arr, item, drop_axes, on_gpu))
+                    for item in group]
+
+        reqs = requests(groups[0])
+        pending = store.start_reads(reqs, on_gpu=on_gpu)
         for g, group in enumerate(groups):
-            await pending.wait()
-            done = pending
+            views = await pending.wait()
+            done, done_reqs = pending, reqs
             if g + 1 < len(groups):  # the next group's reads run while this one decodes
-                pending = store.start_reads([ReadRequest(bg.path) for bg, *_ in groups[g + 1]], on_gpu=on_gpu)
+                reqs = requests(groups[g + 1])
+                pending = store.start_reads(reqs, on_gpu=on_gpu)
             present = done.present
             chunks = K.Batch(done.block, done.offsets, done.sizes,
                              lambda j, group=group, present=present: group[present[j]][0].path, on_gpu)
@@ -153,7 +161,26 @@ class CodecPipeline(BatchedCodecPipeline):
             decoded: list[Any] = [None] * len(group)
             for j, i in enumerate(present):
                 decoded[i] = dense[j]
-            _place(out, group, decoded, drop_axes)
+            direct = [r.into is not None and v is not None for r, v in zip(done_reqs, views)]
+            K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(direct))
+            _place(out, group, decoded, drop_axes, skip=direct)
+
+    def _direct_target(self, out_arr: Any, item: _BatchItem, drop_axes: tuple[int, ...], on_gpu: bool) -> Any:
+        """The bytes of `out` that a whole uncompressed chunk in the array's own byte order
+        fills contiguously, so that ferry reads it there; None otherwise."""
+        _bg, spec, _chunk_sel, out_sel, complete = item
+        ab = self.array_bytes_codec
+        if not complete or drop_axes or self.array_array_codecs or self.bytes_bytes_codecs:
+            return None
+        assert isinstance(ab, BytesCodec)
+        dt = _result_dtype(spec, on_gpu)
+        want = _dtype_order(dt)
+        if out_arr.dtype != dt or (want is not None and ab.endian is not None and ab.endian.value != want):
+            return None
+        region = out_arr[out_sel]
+        if tuple(region.shape) != tuple(spec.shape) or not region.flags.c_contiguous:
+            return None
+        return region.reshape(-1).view(np.uint8)
 
     async def _read_shards(self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> None:
         sc = self.array_bytes_codec
@@ -449,8 +476,13 @@ async def _wait(pending: Any) -> Any:
     return pending
 
 
-def _place(out: NDBuffer, group: list[_BatchItem], arrays: Sequence[Any], drop_axes: tuple[int, ...]) -> None:
-    for a, (_bg, spec, chunk_sel, out_sel, _complete) in zip(arrays, group):
+def _place(out: NDBuffer, group: list[_BatchItem], arrays: Sequence[Any], drop_axes: tuple[int, ...],
+           skip: Sequence[bool] = ()) -> None:
+    """Copies each decoded chunk's selection into `out` (the fill value for missing chunks);
+    chunks marked in `skip` were read into `out` already."""
+    for i, (a, (_bg, spec, chunk_sel, out_sel, _complete)) in enumerate(zip(arrays, group)):
+        if skip and skip[i]:
+            continue
         if a is None:
             out[out_sel] = _fill(spec)
             continue

@@ -57,10 +57,13 @@ def is_gpu_prototype(prototype: BufferPrototype) -> bool:
 
 @dataclass(frozen=True)
 class ReadRequest:
-    """One byte range of one key: None reads the whole value."""
+    """One byte range of one key: None reads the whole value. `into`, a contiguous 1-D uint8
+    array (CuPy on the GPU), receives the bytes instead of the plan's block; the value must
+    then fill it exactly."""
 
     key: str
     byte_range: ByteRequest | None = None
+    into: Any = None
 
 
 def _span(size: int, byte_range: ByteRequest | None) -> tuple[int, int]:
@@ -193,10 +196,18 @@ class Store(_ZarrStore):
                 spans.append(None if f is None else _span(f.size(), req.byte_range))
             offsets: list[int] = []
             total = 0
-            for span in spans:
+            for req, span in zip(requests, spans):
                 offsets.append(total)
-                if span is not None:
-                    total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
+                if span is None:
+                    continue
+                if req.into is not None:
+                    if int(req.into.nbytes) != span[1] - span[0]:
+                        from ._zarr_kernels import chunk_error
+
+                        raise chunk_error(req.key, "bytes", "the chunk holds %d bytes, %d expected"
+                                          % (span[1] - span[0], int(req.into.nbytes)))
+                    continue
+                total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
             block = _allocate(total, on_gpu) if requests else None
             if on_gpu:
                 # The reads below are ordered with no stream; the block may be memory that work
@@ -212,7 +223,7 @@ class Store(_ZarrStore):
                 if span is None:
                     out.append(None)
                     continue
-                view = block[off : off + span[1] - span[0]]
+                view = req.into if req.into is not None else block[off : off + span[1] - span[0]]
                 out.append(view)
                 if span[1] > span[0]:
                     target = _Unordered(view) if on_gpu else view
@@ -226,7 +237,7 @@ class Store(_ZarrStore):
         _count("plans")
         _count("requests", len(pending))
         _count("bytes_read", nbytes)
-        present = [i for i, span in enumerate(spans) if span is not None]
+        present = [i for i, (r, span) in enumerate(zip(requests, spans)) if span is not None and r.into is None]
         return PendingReads(
             out, pending, [f for f in files.values() if f is not None], block,
             np.array([offsets[i] for i in present], dtype=np.int64),
@@ -375,7 +386,8 @@ class PendingReads:
     """The reads of one plan in flight. The files close once they are done.
 
     After wait(): `block` holds every value read, request present[j] at
-    block[offsets[j] : offsets[j] + sizes[j]] (requests for missing keys are left out)."""
+    block[offsets[j] : offsets[j] + sizes[j]] (requests for missing keys, and those read into
+    their own `into`, are left out)."""
 
     def __init__(self, views: list[Any], futures: list[Any], files: list[Any], block: Any,
                  offsets: np.ndarray, sizes: np.ndarray, present: list[int]) -> None:
