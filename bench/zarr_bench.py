@@ -30,6 +30,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,17 +70,29 @@ def write_arrays(root: str, size: int, chunk: int, shard: int, inner: int) -> di
     from zarr.codecs import ZstdCodec
 
     n = size // 4
-    params = {"size": size, "chunk": chunk, "shard": shard, "inner": inner, "zarr": zarr.__version__}
+    params = {
+        "size": size,
+        "chunk": chunk,
+        "shard": shard,
+        "inner": inner,
+        "zarr": zarr.__version__,
+    }
     marker = os.path.join(root, "params.json")
     paths = {k: os.path.join(root, k + ".zarr") for k in ("raw", "zstd", "sharded")}
-    if os.path.exists(marker) and json.load(open(marker)) == params and all(map(os.path.isdir, paths.values())):
+    if (
+        os.path.exists(marker)
+        and json.loads(Path(marker).read_text()) == params
+        and all(map(os.path.isdir, paths.values()))
+    ):
         log("zarr_bench: reusing the arrays in %s" % root)
         return paths
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     t0 = time.perf_counter()
     data = make_data(n)
-    zarr.config.set({"async.concurrency": max(os.cpu_count() or 4, 4), "threading.max_workers": os.cpu_count()})
+    zarr.config.set(
+        {"async.concurrency": max(os.cpu_count() or 4, 4), "threading.max_workers": os.cpu_count()}
+    )
     specs = {
         "raw": dict(chunks=(chunk // 4,), compressors=None),
         "zstd": dict(chunks=(chunk // 4,), compressors=ZstdCodec(level=1)),
@@ -92,7 +105,7 @@ def write_arrays(root: str, size: int, chunk: int, shard: int, inner: int) -> di
         for start in range(0, n, step):
             z[start : start + step] = data[start : start + step]
         log("zarr_bench: wrote %s (%.1f s so far)" % (paths[name], time.perf_counter() - t0))
-    json.dump(params, open(marker, "w"))
+    Path(marker).write_text(json.dumps(params))
     return paths
 
 
@@ -116,15 +129,23 @@ def best(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--dir", default=os.environ.get("FERRY_BENCH_DIR", "/tmp/ferry-zarr-bench"))
-    ap.add_argument("--size", default="4G", help="bytes of each array (default 4G; e.g. 256M for a quick run)")
-    ap.add_argument("--chunk", default="16M", help="chunk size of (a) and (b), 1M-16M (default 16M)")
+    ap.add_argument(
+        "--size", default="4G", help="bytes of each array (default 4G; e.g. 256M for a quick run)"
+    )
+    ap.add_argument(
+        "--chunk", default="16M", help="chunk size of (a) and (b), 1M-16M (default 16M)"
+    )
     ap.add_argument("--shard", default="16M", help="shard size of (c) (default 16M)")
     ap.add_argument("--inner", default="64K", help="inner chunk size of (c) (default 64K)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--skip-cpu", action="store_true", help="leave out zarr-python's CPU reads (slow)")
+    ap.add_argument(
+        "--skip-cpu", action="store_true", help="leave out zarr-python's CPU reads (slow)"
+    )
     args = ap.parse_args()
     size, chunk = parse_size(args.size), parse_size(args.chunk)
     shard, inner = parse_size(args.shard), parse_size(args.inner)
@@ -133,17 +154,25 @@ def main() -> int:
         ap.error("--size must hold a shard, --chunk a multiple of 4, --shard a multiple of --inner")
 
     import cupy
-    import zarr
-
     import ferry
     import ferry.zarr as fz
+    import zarr
 
-    versions = {"zarr": zarr.__version__, "ferry": ferry.__version__, "cupy": cupy.__version__,
-                "numpy": np.__version__, "nvcomp": fz.nvcomp_unavailable_reason() or "available"}
+    versions = {
+        "zarr": zarr.__version__,
+        "ferry": ferry.__version__,
+        "cupy": cupy.__version__,
+        "numpy": np.__version__,
+        "nvcomp": fz.nvcomp_unavailable_reason() or "available",
+    }
     try:
         import importlib.metadata as md
 
-        versions["nvcomp"] = "nvidia-nvcomp-cu13 " + md.version("nvidia-nvcomp-cu13") if not fz.nvcomp_unavailable_reason() else versions["nvcomp"]
+        versions["nvcomp"] = (
+            "nvidia-nvcomp-cu13 " + md.version("nvidia-nvcomp-cu13")
+            if not fz.nvcomp_unavailable_reason()
+            else versions["nvcomp"]
+        )
     except Exception:
         pass
     log("zarr_bench: %s" % versions)
@@ -152,8 +181,18 @@ def main() -> int:
     nbytes = (size // 4) * 4
     sync = cupy.cuda.runtime.deviceSynchronize
     pool = cupy.get_default_memory_pool()
-    results: dict[str, Any] = {"params": {"size": nbytes, "chunk": chunk, "shard": shard, "inner": inner,
-                                          "repeat": args.repeat}, "versions": versions, "rows": {}, "notes": []}
+    results: dict[str, Any] = {
+        "params": {
+            "size": nbytes,
+            "chunk": chunk,
+            "shard": shard,
+            "inner": inner,
+            "repeat": args.repeat,
+        },
+        "versions": versions,
+        "rows": {},
+        "notes": [],
+    }
 
     def run(name: str, fn: Callable[[], Any]) -> float | None:
         try:
@@ -161,7 +200,10 @@ def main() -> int:
             sync()
             t = best(fn, args.repeat, sync)
         except Exception as e:
-            note = "%s: did not run: %s" % (name, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            note = "%s: did not run: %s" % (
+                name,
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
             log("zarr_bench: " + note)
             traceback.print_exc(file=sys.stderr)
             results["notes"].append(note)
@@ -177,6 +219,7 @@ def main() -> int:
         def go() -> Any:
             with fz.enable(), zarr.config.enable_gpu():
                 return zarr.open_array(store=fz.Store(path), mode="r")[...]
+
         return go
 
     def zarr_read(path: str, gpu: bool, store: Any = None) -> Callable[[], Any]:
@@ -185,6 +228,7 @@ def main() -> int:
                 with zarr.config.enable_gpu():
                     return zarr.open_array(store=store or path, mode="r")[...]
             return zarr.open_array(store=store or path, mode="r")[...]
+
         return go
 
     class Unordered:
@@ -193,8 +237,14 @@ def main() -> int:
 
         def __init__(self, view: Any) -> None:
             self.view = view
-            self.__cuda_array_interface__ = {"shape": (int(view.size),), "typestr": "|u1", "version": 3,
-                                             "data": (int(view.data.ptr), False), "strides": None, "stream": None}
+            self.__cuda_array_interface__ = {
+                "shape": (int(view.size),),
+                "typestr": "|u1",
+                "version": 3,
+                "data": (int(view.data.ptr), False),
+                "strides": None,
+                "stream": None,
+            }
 
     def raw_read(path: str) -> Callable[[], Any]:
         files = chunk_files(path)
@@ -213,10 +263,11 @@ def main() -> int:
             for h in handles:
                 h.close()
             return buf
+
         return go
 
     # correctness first: ferry's result equals zarr's on a slice of each array
-    for name, p in paths.items():
+    for p in paths.values():
         with fz.enable(), zarr.config.enable_gpu():
             got = cupy.asnumpy(zarr.open_array(store=fz.Store(p), mode="r")[: 3 << 20])
         want = zarr.open_array(store=p, mode="r")[: 3 << 20]
@@ -229,18 +280,29 @@ def main() -> int:
     r_a = run("(a) ferry.zarr uncompressed", ferry_read(paths["raw"]))
     run("(a) zarr enable_gpu uncompressed", zarr_read(paths["raw"], True))
     r_b = run("(b) ferry.zarr zstd (GPU decode)", ferry_read(paths["zstd"]))
-    r_bz = None if args.skip_cpu else run("(b) zarr enable_gpu zstd (CPU decode)", zarr_read(paths["zstd"], True))
+    r_bz = (
+        None
+        if args.skip_cpu
+        else run("(b) zarr enable_gpu zstd (CPU decode)", zarr_read(paths["zstd"], True))
+    )
     r_bk = None
     try:
         from kvikio.zarr import GDSStore  # type: ignore[import-not-found]
 
-        r_bk = run("(b) kvikio.zarr.GDSStore zstd", zarr_read(paths["zstd"], True, GDSStore(paths["zstd"])))
+        r_bk = run(
+            "(b) kvikio.zarr.GDSStore zstd", zarr_read(paths["zstd"], True, GDSStore(paths["zstd"]))
+        )
     except Exception as e:
-        note = "(b) kvikio.zarr.GDSStore: does not run with zarr %s: %s" % (zarr.__version__, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        note = "(b) kvikio.zarr.GDSStore: does not run with zarr %s: %s" % (
+            zarr.__version__,
+            str(e).splitlines()[0] if str(e) else type(e).__name__,
+        )
         log("zarr_bench: " + note)
         results["notes"].append(note)
     r_c = run("(c) ferry.zarr sharded (GPU decode)", ferry_read(paths["sharded"]))
-    r_cz = None if args.skip_cpu else run("(c) zarr CPU sharded", zarr_read(paths["sharded"], False))
+    r_cz = (
+        None if args.skip_cpu else run("(c) zarr CPU sharded", zarr_read(paths["sharded"], False))
+    )
     results["ferry_zarr_stats"] = fz.stats()
 
     def ratio(a: float | None, b: float | None) -> str:
@@ -253,8 +315,11 @@ def main() -> int:
         ("(c) sharded vs zarr CPU", ratio(r_c, r_cz), 5.0),
     ]
     results["bars"] = [{"what": w, "ratio": r, "bar": b} for w, r, b in bars]
-    print("\nZarr -> GPU, %.2f GiB float32, chunks %s, shards %s of %s inner chunks, hot page cache, best of %d"
-          % (nbytes / (1 << 30), args.chunk, args.shard, args.inner, args.repeat))
+    print(
+        "\nZarr -> GPU, %.2f GiB float32, chunks %s, shards %s of %s inner chunks, "
+        "hot page cache, best of %d"
+        % (nbytes / (1 << 30), args.chunk, args.shard, args.inner, args.repeat)
+    )
     print("| reader | s | GB/s |")
     print("| --- | --- | --- |")
     for name, row in results["rows"].items():
@@ -268,7 +333,7 @@ def main() -> int:
         print("note: " + note)
     print("ferry.zarr stats: %s" % json.dumps(results["ferry_zarr_stats"]))
     if args.json:
-        json.dump(results, open(args.json, "w"), indent=1)
+        Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 

@@ -50,7 +50,10 @@ class Batch:
 
     def is_dense(self, stride: int) -> bool:
         """Whether chunk i starts at i * stride."""
-        return bool(np.array_equal(self.offsets, np.arange(len(self.offsets), dtype=np.int64) * stride))
+        return bool(
+            np.array_equal(self.offsets, np.arange(len(self.offsets), dtype=np.int64) * stride)
+        )
+
 
 __all__ = [
     "Batch",
@@ -181,7 +184,9 @@ def _host_pool() -> ThreadPoolExecutor:
     if _pool is None:
         import os
 
-        _pool = ThreadPoolExecutor(max_workers=min(32, os.cpu_count() or 4), thread_name_prefix="ferry-zarr")
+        _pool = ThreadPoolExecutor(
+            max_workers=min(32, os.cpu_count() or 4), thread_name_prefix="ferry-zarr"
+        )
     return _pool
 
 
@@ -225,6 +230,7 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
     if n == 0:
         return result
     if not batch.on_gpu:
+
         def one(i: int) -> None:
             o = int(offsets[i])
             out[o : o + size] = _decode_host(name, batch.view(i), size, batch.key_of(i))
@@ -237,7 +243,9 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
         fallback(nvcomp_unavailable_reason(), n)
         for i in range(n):
             o = int(offsets[i])
-            out[o : o + size] = cupy.asarray(_decode_host(name, batch.view(i).get(), size, batch.key_of(i)))
+            out[o : o + size] = cupy.asarray(
+                _decode_host(name, batch.view(i).get(), size, batch.key_of(i))
+            )
         return result
     src = aligned(batch, 16)
     stream = _enter_nvcomp_stream()
@@ -251,10 +259,20 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
         # host for chunks that nvCOMP refuses but the host decodes (counted).
         for i in range(n):
             try:
-                _nvcomp_decode(name, src.block, src.offsets[i : i + 1], src.sizes[i : i + 1], out,
-                               offsets[i : i + 1], size, stream)
+                _nvcomp_decode(
+                    name,
+                    src.block,
+                    src.offsets[i : i + 1],
+                    src.sizes[i : i + 1],
+                    out,
+                    offsets[i : i + 1],
+                    size,
+                    stream,
+                )
             except Exception as e:
-                host = _decode_host(name, src.view(i).get(), size, batch.key_of(i))  # ChunkError if corrupt
+                host = _decode_host(
+                    name, src.view(i).get(), size, batch.key_of(i)
+                )  # ChunkError if corrupt
                 fallback("nvCOMP refused a %s chunk (%s)" % (name, str(e).splitlines()[0][:120]))
                 o = int(offsets[i])
                 out[o : o + size] = cupy.asarray(host)
@@ -287,8 +305,16 @@ def _leave_nvcomp_stream() -> None:
     cupy.cuda.get_current_stream().wait_event(s.record())
 
 
-def _nvcomp_decode(name: str, src: Any, src_off: np.ndarray, src_len: np.ndarray, dst: Any,
-                   dst_off: np.ndarray, size: int, stream: int) -> None:
+def _nvcomp_decode(
+    name: str,
+    src: Any,
+    src_off: np.ndarray,
+    src_len: np.ndarray,
+    dst: Any,
+    dst_off: np.ndarray,
+    size: int,
+    stream: int,
+) -> None:
     nvcomp = nvcomp_module()
     codec = _nvcomp_codec(name, stream)
     srcs = nvcomp.as_arrays(src, src_off.tolist(), src_len.tolist(), cuda_stream=stream)
@@ -326,22 +352,28 @@ def gather(batch: Batch, stride: int | None, alignment: int = 256) -> Batch:
     if n and batch.on_gpu:
         try:
             _kernels().get_function("ferry_gather")(
-                (n,), (256,),
-                (batch.block, xp.asarray(batch.offsets), out, xp.asarray(offsets),
-                 xp.asarray(batch.sizes.astype(np.int64))),
+                (n,),
+                (256,),
+                (
+                    batch.block,
+                    xp.asarray(batch.offsets),
+                    out,
+                    xp.asarray(offsets),
+                    xp.asarray(batch.sizes.astype(np.int64)),
+                ),
             )
             return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
         except Exception as e:
-            fallback("the gather kernel does not compile here (%s)" % str(e).splitlines()[0][:120], 0)
+            fallback(
+                "the gather kernel does not compile here (%s)" % str(e).splitlines()[0][:120], 0
+            )
     for i in range(n):
         o = int(offsets[i])
         out[o : o + int(batch.sizes[i])] = batch.view(i)
     return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
 
 
-def compress(
-    name: str, chunks: Sequence[Any], level: int | None, on_gpu: bool
-) -> list[Any]:
+def compress(name: str, chunks: Sequence[Any], level: int | None, on_gpu: bool) -> list[Any]:
     """Compresses each chunk; on the GPU through nvCOMP where it can, else on the host."""
     if not chunks:
         return []
@@ -352,14 +384,20 @@ def compress(
             nvcomp = nvcomp_module()
             stream = _enter_nvcomp_stream()
             codec = _nvcomp_codec(name, stream)
-            res = codec.encode(nvcomp.as_arrays([cupy.ascontiguousarray(c) for c in chunks], cuda_stream=stream))
+            res = codec.encode(
+                nvcomp.as_arrays([cupy.ascontiguousarray(c) for c in chunks], cuda_stream=stream)
+            )
             _leave_nvcomp_stream()
-            outs = [cupy.array(cupy.from_dlpack(a), copy=True).view(cupy.uint8).ravel() for a in res]
+            outs = [
+                cupy.array(cupy.from_dlpack(a), copy=True).view(cupy.uint8).ravel() for a in res
+            ]
             count("encoded_gpu", len(chunks))
             return outs
         except Exception as e:
-            fallback("nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]),
-                     len(chunks))
+            fallback(
+                "nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]),
+                len(chunks),
+            )
     elif on_gpu:
         fallback(nvcomp_unavailable_reason(), len(chunks))
     codec = _host_codec(name, level)
@@ -389,7 +427,9 @@ _POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 def _table() -> np.ndarray:
     t = np.arange(256, dtype=np.uint32)
     for _ in range(8):
-        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(np.uint32)
+        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(
+            np.uint32
+        )
     return t
 
 
@@ -399,7 +439,9 @@ _TABLE = _table()
 def advance_tables(length: int) -> np.ndarray:
     """4 x 256 tables of the linear map "run the raw CRC register over `length` zero bytes":
     A(s) = T0[s & 255] ^ T1[(s >> 8) & 255] ^ T2[(s >> 16) & 255] ^ T3[s >> 24]."""
-    v = (np.arange(256, dtype=np.uint32)[None, :] << (np.arange(4, dtype=np.uint32)[:, None] * 8)).astype(np.uint32)
+    v = (
+        np.arange(256, dtype=np.uint32)[None, :] << (np.arange(4, dtype=np.uint32)[:, None] * 8)
+    ).astype(np.uint32)
     s = v.ravel().copy()
     for _ in range(length):  # a zero byte: s = T[s & 255] ^ (s >> 8)
         s = _TABLE[s & np.uint32(255)] ^ (s >> np.uint32(8))
@@ -416,7 +458,9 @@ def _advance() -> np.ndarray:
     return _ADVANCE
 
 
-def segments(sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def segments(
+    sizes: Sequence[int],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The segment plan of chunks of `sizes`: each chunk is a short head segment (its first
     size % SEGMENT bytes, possibly empty, started from the CRC's initial value) followed by
     whole segments started from 0. Returns (chunk of each segment, start offset in the chunk,
@@ -449,7 +493,13 @@ def crc32c_segmented_host(chunks: Sequence[bytes]) -> list[int]:
     for f, n in zip(first, counts):
         s = regs[f]
         for i in range(1, n):
-            s = adv[0][s & 255] ^ adv[1][(s >> 8) & 255] ^ adv[2][(s >> 16) & 255] ^ adv[3][s >> 24] ^ regs[f + i]
+            s = (
+                adv[0][s & 255]
+                ^ adv[1][(s >> 8) & 255]
+                ^ adv[2][(s >> 16) & 255]
+                ^ adv[3][s >> 24]
+                ^ regs[f + i]
+            )
         out.append(int(~np.uint32(s)) & 0xFFFFFFFF)
     return out
 
@@ -512,7 +562,9 @@ def crc32c(chunks: Sequence[Any], on_gpu: bool) -> Any:
     if not on_gpu:
         import google_crc32c
 
-        return np.array([google_crc32c.value(np.ascontiguousarray(c)) for c in chunks], dtype=np.uint32)
+        return np.array(
+            [google_crc32c.value(np.ascontiguousarray(c)) for c in chunks], dtype=np.uint32
+        )
     ptrs = np.array([c.data.ptr for c in chunks], dtype=np.uint64)
     sizes = np.array([int(c.size) for c in chunks], dtype=np.int64)
     return _crc32c_gpu(ptrs, sizes, lambda: [c.get() for c in chunks])
@@ -524,7 +576,10 @@ def _crc32c_gpu(bases: np.ndarray, sizes: np.ndarray, host: Callable[[], Sequenc
     try:
         mod = _kernels()
     except Exception as e:  # no NVRTC to compile the kernels
-        fallback("the CRC-32C kernels do not compile here (%s)" % str(e).splitlines()[0][:120], len(sizes))
+        fallback(
+            "the CRC-32C kernels do not compile here (%s)" % str(e).splitlines()[0][:120],
+            len(sizes),
+        )
         return cupy.asarray(crc32c(list(host()), False))
     chunk, start, length, init, first = segments(sizes)
     ptrs = bases[chunk] + start.astype(np.uint64)
@@ -532,16 +587,30 @@ def _crc32c_gpu(bases: np.ndarray, sizes: np.ndarray, host: Callable[[], Sequenc
     regs = cupy.empty(nseg, dtype=cupy.uint32)
     threads = 256
     mod.get_function("ferry_crc32c_segments")(
-        ((nseg + threads - 1) // threads,), (threads,),
-        (cupy.asarray(ptrs), cupy.asarray(length), cupy.asarray(init), cupy.asarray(_TABLE), regs,
-         np.int64(nseg)),
+        ((nseg + threads - 1) // threads,),
+        (threads,),
+        (
+            cupy.asarray(ptrs),
+            cupy.asarray(length),
+            cupy.asarray(init),
+            cupy.asarray(_TABLE),
+            regs,
+            np.int64(nseg),
+        ),
     )
     counts = np.diff(np.concatenate((first, [nseg]))).astype(np.int64)
     out = cupy.empty(len(sizes), dtype=cupy.uint32)
     mod.get_function("ferry_crc32c_fold")(
-        ((len(sizes) + threads - 1) // threads,), (threads,),
-        (regs, cupy.asarray(first), cupy.asarray(counts), cupy.asarray(_advance().ravel()), out,
-         np.int64(len(sizes))),
+        ((len(sizes) + threads - 1) // threads,),
+        (threads,),
+        (
+            regs,
+            cupy.asarray(first),
+            cupy.asarray(counts),
+            cupy.asarray(_advance().ravel()),
+            out,
+            np.int64(len(sizes)),
+        ),
     )
     return out
 
@@ -552,8 +621,11 @@ def verify_crc32c(batch: Batch) -> Batch:
     short = np.nonzero(batch.sizes < 4)[0]
     if short.size:
         i = int(short[0])
-        raise _chunk_error(batch.key_of(i), "crc32c",
-                           "the chunk is %d bytes, shorter than its checksum" % batch.sizes[i])
+        raise _chunk_error(
+            batch.key_of(i),
+            "crc32c",
+            "the chunk is %d bytes, shorter than its checksum" % batch.sizes[i],
+        )
     body = Batch(batch.block, batch.offsets, batch.sizes - 4, batch.key_of, batch.on_gpu)
     if n == 0:
         return body
@@ -562,19 +634,27 @@ def verify_crc32c(batch: Batch) -> Batch:
     stored = xp.ascontiguousarray(batch.block[xp.asarray(where.ravel())]).view("<u4")
     if batch.on_gpu:
         base = np.uint64(batch.block.data.ptr)
-        computed = _crc32c_gpu(base + body.offsets.astype(np.uint64), body.sizes,
-                               lambda: [body.view(i).get() for i in range(n)])
+        computed = _crc32c_gpu(
+            base + body.offsets.astype(np.uint64),
+            body.sizes,
+            lambda: [body.view(i).get() for i in range(n)],
+        )
         bad = xp.nonzero(stored != computed)[0].get()
     else:
         import google_crc32c
 
-        computed = np.array([google_crc32c.value(np.ascontiguousarray(body.view(i))) for i in range(n)],
-                            dtype=np.uint32)
+        computed = np.array(
+            [google_crc32c.value(np.ascontiguousarray(body.view(i))) for i in range(n)],
+            dtype=np.uint32,
+        )
         bad = np.nonzero(stored != computed)[0]
     if bad.size:
         i = int(bad[0])
-        raise _chunk_error(batch.key_of(i), "crc32c", "stored checksum %08x, computed %08x"
-                           % (int(stored[i]), int(computed[i])))
+        raise _chunk_error(
+            batch.key_of(i),
+            "crc32c",
+            "stored checksum %08x, computed %08x" % (int(stored[i]), int(computed[i])),
+        )
     return body
 
 

@@ -43,7 +43,6 @@ from . import _zarr_kernels as K
 from ._zarr_store import ReadRequest, Store, is_gpu_prototype
 
 if TYPE_CHECKING:
-    from zarr.abc.codec import Codec
     from zarr.core.buffer import Buffer, NDBuffer
     from zarr.core.indexing import SelectorTuple
 
@@ -136,15 +135,21 @@ class CodecPipeline(BatchedCodecPipeline):
         else:
             await super().read(batch, out, drop_axes)
 
-    async def _read_chunks(self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> None:
+    async def _read_chunks(
+        self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]
+    ) -> None:
         on_gpu = is_gpu_prototype(batch[0][1].prototype)
         groups = _groups(batch)
         store: Store = batch[0][0].store
         out_arr = out.as_ndarray_like()
 
         def requests(group: list[_BatchItem]) -> list[ReadRequest]:
-            return [ReadRequest(item[0].path, None, self._direct_target(out_arr, item, drop_axes, on_gpu))
-                    for item in group]
+            return [
+                ReadRequest(
+                    item[0].path, None, self._direct_target(out_arr, item, drop_axes, on_gpu)
+                )
+                for item in group
+            ]
 
         reqs = requests(groups[0])
         pending = store.start_reads(reqs, on_gpu=on_gpu)
@@ -155,8 +160,13 @@ class CodecPipeline(BatchedCodecPipeline):
                 reqs = requests(groups[g + 1])
                 pending = store.start_reads(reqs, on_gpu=on_gpu)
             present = done.present
-            chunks = K.Batch(done.block, done.offsets, done.sizes,
-                             lambda j, group=group, present=present: group[present[j]][0].path, on_gpu)
+            chunks = K.Batch(
+                done.block,
+                done.offsets,
+                done.sizes,
+                lambda j, group=group, present=present: group[present[j]][0].path,
+                on_gpu,
+            )
             dense = self.decode_dense(chunks, group[0][1]) if present else None
             decoded: list[Any] = [None] * len(group)
             for j, i in enumerate(present):
@@ -165,7 +175,9 @@ class CodecPipeline(BatchedCodecPipeline):
             K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(direct))
             _place(out, group, decoded, drop_axes, skip=direct)
 
-    def _direct_target(self, out_arr: Any, item: _BatchItem, drop_axes: tuple[int, ...], on_gpu: bool) -> Any:
+    def _direct_target(
+        self, out_arr: Any, item: _BatchItem, drop_axes: tuple[int, ...], on_gpu: bool
+    ) -> Any:
         """The bytes of `out` that a whole uncompressed chunk in the array's own byte order
         fills contiguously, so that ferry reads it there; None otherwise."""
         _bg, spec, _chunk_sel, out_sel, complete = item
@@ -175,14 +187,18 @@ class CodecPipeline(BatchedCodecPipeline):
         assert isinstance(ab, BytesCodec)
         dt = _result_dtype(spec, on_gpu)
         want = _dtype_order(dt)
-        if out_arr.dtype != dt or (want is not None and ab.endian is not None and ab.endian.value != want):
+        if out_arr.dtype != dt or (
+            want is not None and ab.endian is not None and ab.endian.value != want
+        ):
             return None
         region = out_arr[out_sel]
         if tuple(region.shape) != tuple(spec.shape) or not region.flags.c_contiguous:
             return None
         return region.reshape(-1).view(np.uint8)
 
-    async def _read_shards(self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> None:
+    async def _read_shards(
+        self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]
+    ) -> None:
         sc = self.array_bytes_codec
         assert isinstance(sc, ShardingCodec)
         inner_pipeline = type(self).from_codecs(sc.codecs)
@@ -191,18 +207,30 @@ class CodecPipeline(BatchedCodecPipeline):
         xp = _xp(on_gpu)
         store: Store = batch[0][0].store
         inner_shape = tuple(sc.chunk_shape)
-        inner_spec = ArraySpec(shape=inner_shape, dtype=spec0.dtype, fill_value=spec0.fill_value,
-                               config=spec0.config, prototype=spec0.prototype)
+        inner_spec = ArraySpec(
+            shape=inner_shape,
+            dtype=spec0.dtype,
+            fill_value=spec0.fill_value,
+            config=spec0.config,
+            prototype=spec0.prototype,
+        )
         index_codecs = list(sc.index_codecs)
         index_crc = len(index_codecs) == 2
         index_big = index_codecs[0].endian is not None and index_codecs[0].endian.value == "big"
 
         for group in _groups(batch):
             # 1. every shard index of the group: one plan, into host memory (they are small)
-            cps_of = [tuple(s // c for s, c in zip(spec.shape, inner_shape)) for _bg, spec, *_ in group]
+            cps_of = [
+                tuple(s // c for s, c in zip(spec.shape, inner_shape)) for _bg, spec, *_ in group
+            ]
             size_of = [16 * math.prod(cps) + (4 if index_crc else 0) for cps in cps_of]
             reqs = [
-                ReadRequest(bg.path, SuffixByteRequest(n) if sc.index_location.value == "end" else RangeByteRequest(0, n))
+                ReadRequest(
+                    bg.path,
+                    SuffixByteRequest(n)
+                    if sc.index_location.value == "end"
+                    else RangeByteRequest(0, n),
+                )
                 for (bg, *_), n in zip(group, size_of)
             ]
             index_raws = await store.start_reads(reqs, on_gpu=False).wait()
@@ -212,47 +240,85 @@ class CodecPipeline(BatchedCodecPipeline):
             #    of the group read in one plan
             spans: list[ReadRequest] = []
             plans: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int]] = []
-            for s, ((bg, _spec, chunk_sel, _o, _c), cps, n, raw) in enumerate(zip(group, cps_of, size_of, index_raws)):
+            for s, ((bg, _spec, chunk_sel, _o, _c), cps, n, raw) in enumerate(
+                zip(group, cps_of, size_of, index_raws)
+            ):
                 if raw is None:
                     continue
                 if raw.size != n:
-                    raise K.chunk_error(bg.path, "sharding_indexed", "the shard is shorter than its index (%d bytes)" % n)
+                    raise K.chunk_error(
+                        bg.path,
+                        "sharding_indexed",
+                        "the shard is shorter than its index (%d bytes)" % n,
+                    )
                 if index_crc:
-                    one = K.Batch(raw, np.zeros(1, np.int64), np.array([n], np.int64),
-                                  lambda _i, key=bg.path: key + " (shard index)", False)
+                    one = K.Batch(
+                        raw,
+                        np.zeros(1, np.int64),
+                        np.array([n], np.int64),
+                        lambda _i, key=bg.path: key + " (shard index)",
+                        False,
+                    )
                     raw = K.verify_crc32c(one).view(0)
                 table = raw.view(">u8" if index_big else "<u8").reshape(-1, 2).astype(np.uint64)
                 linear = _touched(chunk_sel, inner_shape, cps)
                 offs, lens = table[linear, 0], table[linear, 1]
                 keep = ~((offs == _MAX_U64) & (lens == _MAX_U64))
-                linear, offs, lens = linear[keep], offs[keep].astype(np.int64), lens[keep].astype(np.int64)
+                linear, offs, lens = (
+                    linear[keep],
+                    offs[keep].astype(np.int64),
+                    lens[keep].astype(np.int64),
+                )
                 if linear.size == 0:
                     continue
                 lo, hi = int(offs.min()), int((offs + lens).max())
                 spans.append(ReadRequest(bg.path, RangeByteRequest(lo, hi)))
                 plans.append((s, linear, offs - lo, lens, hi - lo))
             done = await _wait(store.start_reads(spans, on_gpu=on_gpu))
-            base = {plans[j][0]: (int(done.offsets[k]), int(done.sizes[k])) for k, j in enumerate(done.present)}
+            base = {
+                plans[j][0]: (int(done.offsets[k]), int(done.sizes[k]))
+                for k, j in enumerate(done.present)
+            }
             plans = [p for p in plans if p[0] in base]
             for s, _linear, rel, lens, span in plans:
                 if base[s][1] != span or np.any(rel + lens > span):
-                    raise K.chunk_error(group[s][0].path, "sharding_indexed", "an inner chunk lies past the end of the shard")
+                    raise K.chunk_error(
+                        group[s][0].path,
+                        "sharding_indexed",
+                        "an inner chunk lies past the end of the shard",
+                    )
 
             # 3. every inner chunk of the group decoded as one batch
-            owners = np.concatenate([np.full(p[1].size, j, dtype=np.int64) for j, p in enumerate(plans)]) if plans else np.zeros(0, np.int64)
+            owners = (
+                np.concatenate([np.full(p[1].size, j, dtype=np.int64) for j, p in enumerate(plans)])
+                if plans
+                else np.zeros(0, np.int64)
+            )
             coords = np.concatenate([p[1] for p in plans]) if plans else np.zeros(0, np.int64)
 
-            def key_of(i: int, owners: np.ndarray = owners, coords: np.ndarray = coords, plans: list[Any] = plans, group: list[_BatchItem] = group) -> str:
+            def key_of(
+                i: int,
+                owners: np.ndarray = owners,
+                coords: np.ndarray = coords,
+                plans: list[Any] = plans,
+                group: list[_BatchItem] = group,
+            ) -> str:
                 s = plans[int(owners[i])][0]
                 cps = tuple(x // c for x, c in zip(group[s][1].shape, inner_shape))
                 where = np.unravel_index(int(coords[i]), cps)
-                return "%s[inner chunk %s]" % (group[s][0].path, ",".join(str(int(x)) for x in where))
+                return "%s[inner chunk %s]" % (
+                    group[s][0].path,
+                    ",".join(str(int(x)) for x in where),
+                )
 
             inner = K.Batch(
                 done.block,
-                np.concatenate([base[p[0]][0] + p[2] for p in plans]) if plans else np.zeros(0, np.int64),
+                np.concatenate([base[p[0]][0] + p[2] for p in plans])
+                if plans
+                else np.zeros(0, np.int64),
                 np.concatenate([p[3] for p in plans]) if plans else np.zeros(0, np.int64),
-                key_of, on_gpu,
+                key_of,
+                on_gpu,
             )
             dense = inner_pipeline.decode_dense(inner, inner_spec) if len(inner) else None
 
@@ -272,7 +338,9 @@ class CodecPipeline(BatchedCodecPipeline):
                     slots[xp.asarray(linear)] = part
                 nd = len(inner_shape)
                 interleave = [a for k in range(nd) for a in (k, nd + k)]
-                shards[s] = slots.reshape(cps + inner_shape).transpose(interleave).reshape(spec.shape)
+                shards[s] = (
+                    slots.reshape(cps + inner_shape).transpose(interleave).reshape(spec.shape)
+                )
             _place(out, group, shards, drop_axes)
 
     # -- the codecs over a batch ---------------------------------------------------------------
@@ -296,8 +364,11 @@ class CodecPipeline(BatchedCodecPipeline):
         wrong = np.nonzero(batch.sizes != nbytes)[0]
         if wrong.size:
             j = int(wrong[0])
-            raise K.chunk_error(batch.key_of(j), "bytes", "the chunk holds %d bytes, %d expected"
-                                % (batch.sizes[j], nbytes))
+            raise K.chunk_error(
+                batch.key_of(j),
+                "bytes",
+                "the chunk holds %d bytes, %d expected" % (batch.sizes[j], nbytes),
+            )
         n = len(batch)
         if not batch.is_dense(nbytes):
             batch = K.gather(batch, nbytes)
@@ -322,8 +393,12 @@ class CodecPipeline(BatchedCodecPipeline):
     ) -> Iterable[NDBuffer | None]:
         items = list(chunk_bytes_and_specs)
         specs = {(tuple(spec.shape), id(spec.prototype)) for _b, spec in items}
-        if (not items or len(specs) != 1 or not self._chunk_chain_supported()
-                or not _supported_dtype(items[0][1])):
+        if (
+            not items
+            or len(specs) != 1
+            or not self._chunk_chain_supported()
+            or not _supported_dtype(items[0][1])
+        ):
             return await super().decode_batch(items)
         on_gpu = is_gpu_prototype(items[0][1].prototype)
         present = [i for i, (b, _) in enumerate(items) if b is not None]
@@ -332,8 +407,14 @@ class CodecPipeline(BatchedCodecPipeline):
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if raws else sizes
         xp = _xp(on_gpu)
         block = xp.concatenate(raws) if raws else xp.empty(1, xp.uint8)
-        chunks = K.Batch(block, offsets, sizes, lambda j: "<chunk %d of the batch>" % present[j], on_gpu)
-        dense = self.decode_dense(K.aligned(chunks, 16) if on_gpu else chunks, items[0][1]) if raws else None
+        chunks = K.Batch(
+            block, offsets, sizes, lambda j: "<chunk %d of the batch>" % present[j], on_gpu
+        )
+        dense = (
+            self.decode_dense(K.aligned(chunks, 16) if on_gpu else chunks, items[0][1])
+            if raws
+            else None
+        )
         result: list[NDBuffer | None] = [None] * len(items)
         for j, i in enumerate(present):
             result[i] = items[i][1].prototype.nd_buffer.from_ndarray_like(dense[j])
@@ -459,7 +540,9 @@ def _touched(sel: Any, inner: tuple[int, ...], cps: tuple[int, ...]) -> np.ndarr
             if isinstance(s, slice) and s.step in (None, 1):
                 start = 0 if s.start is None else s.start
                 stop = n * c if s.stop is None else s.stop
-                ranges.append(np.arange(start // c, min(-(-stop // c), n)) if stop > start else np.arange(0))
+                ranges.append(
+                    np.arange(start // c, min(-(-stop // c), n)) if stop > start else np.arange(0)
+                )
             elif isinstance(s, (int, np.integer)):
                 ranges.append(np.array([int(s) // c]))
             else:
@@ -476,8 +559,13 @@ async def _wait(pending: Any) -> Any:
     return pending
 
 
-def _place(out: NDBuffer, group: list[_BatchItem], arrays: Sequence[Any], drop_axes: tuple[int, ...],
-           skip: Sequence[bool] = ()) -> None:
+def _place(
+    out: NDBuffer,
+    group: list[_BatchItem],
+    arrays: Sequence[Any],
+    drop_axes: tuple[int, ...],
+    skip: Sequence[bool] = (),
+) -> None:
     """Copies each decoded chunk's selection into `out` (the fill value for missing chunks);
     chunks marked in `skip` were read into `out` already."""
     for i, (a, (_bg, spec, chunk_sel, out_sel, _complete)) in enumerate(zip(arrays, group)):

@@ -27,8 +27,10 @@ from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
     RangeByteRequest,
-    Store as _ZarrStore,
     SuffixByteRequest,
+)
+from zarr.abc.store import (
+    Store as _ZarrStore,
 )
 
 from . import _ferry
@@ -118,7 +120,11 @@ class Store(_ZarrStore):
         await super()._open()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Store) and self.root == other.root and self.read_only == other.read_only
+        return (
+            isinstance(other, Store)
+            and self.root == other.root
+            and self.read_only == other.read_only
+        )
 
     def __hash__(self) -> int:
         return hash((type(self), self.root, self.read_only))
@@ -204,8 +210,12 @@ class Store(_ZarrStore):
                     if int(req.into.nbytes) != span[1] - span[0]:
                         from ._zarr_kernels import chunk_error
 
-                        raise chunk_error(req.key, "bytes", "the chunk holds %d bytes, %d expected"
-                                          % (span[1] - span[0], int(req.into.nbytes)))
+                        raise chunk_error(
+                            req.key,
+                            "bytes",
+                            "the chunk holds %d bytes, %d expected"
+                            % (span[1] - span[0], int(req.into.nbytes)),
+                        )
                     continue
                 total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
             block = _allocate(total, on_gpu) if requests else None
@@ -237,9 +247,16 @@ class Store(_ZarrStore):
         _count("plans")
         _count("requests", len(pending))
         _count("bytes_read", nbytes)
-        present = [i for i, (r, span) in enumerate(zip(requests, spans)) if span is not None and r.into is None]
+        present = [
+            i
+            for i, (r, span) in enumerate(zip(requests, spans))
+            if span is not None and r.into is None
+        ]
         return PendingReads(
-            out, pending, [f for f in files.values() if f is not None], block,
+            out,
+            pending,
+            [f for f in files.values() if f is not None],
+            block,
             np.array([offsets[i] for i in present], dtype=np.int64),
             np.array([spans[i][1] - spans[i][0] for i in present], dtype=np.int64),  # type: ignore[index]
             present,
@@ -274,7 +291,9 @@ class Store(_ZarrStore):
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
         self._check_writable()
-        await asyncio.gather(*(self._write(k, v.as_array_like(), exclusive=False) for k, v in values))
+        await asyncio.gather(
+            *(self._write(k, v.as_array_like(), exclusive=False) for k, v in values)
+        )
 
     async def _write(self, key: str, data: Any, *, exclusive: bool) -> None:
         path = self.path_of(key)
@@ -389,8 +408,16 @@ class PendingReads:
     block[offsets[j] : offsets[j] + sizes[j]] (requests for missing keys, and those read into
     their own `into`, are left out)."""
 
-    def __init__(self, views: list[Any], futures: list[Any], files: list[Any], block: Any,
-                 offsets: np.ndarray, sizes: np.ndarray, present: list[int]) -> None:
+    def __init__(
+        self,
+        views: list[Any],
+        futures: list[Any],
+        files: list[Any],
+        block: Any,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        present: list[int],
+    ) -> None:
         self._views = views
         self._futures = futures
         self._files = files
