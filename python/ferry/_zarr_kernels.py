@@ -459,7 +459,7 @@ def _advance() -> np.ndarray:
 
 
 def segments(
-    sizes: Sequence[int],
+    sizes: Sequence[int] | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The segment plan of chunks of `sizes`: each chunk is a short head segment (its first
     size % SEGMENT bytes, possibly empty, started from the CRC's initial value) followed by

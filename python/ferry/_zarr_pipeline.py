@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -160,17 +160,12 @@ class CodecPipeline(BatchedCodecPipeline):
                 reqs = requests(groups[g + 1])
                 pending = store.start_reads(reqs, on_gpu=on_gpu)
             present = done.present
-            chunks = K.Batch(
-                done.block,
-                done.offsets,
-                done.sizes,
-                lambda j, group=group, present=present: group[present[j]][0].path,
-                on_gpu,
-            )
-            dense = self.decode_dense(chunks, group[0][1]) if present else None
+            chunks = K.Batch(done.block, done.offsets, done.sizes, _keys(group, present), on_gpu)
             decoded: list[Any] = [None] * len(group)
-            for j, i in enumerate(present):
-                decoded[i] = dense[j]
+            if present:
+                dense = self.decode_dense(chunks, group[0][1])
+                for j, i in enumerate(present):
+                    decoded[i] = dense[j]
             direct = [r.into is not None and v is not None for r, v in zip(done_reqs, views)]
             K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(direct))
             _place(out, group, decoded, drop_axes, skip=direct)
@@ -216,7 +211,9 @@ class CodecPipeline(BatchedCodecPipeline):
         )
         index_codecs = list(sc.index_codecs)
         index_crc = len(index_codecs) == 2
-        index_big = index_codecs[0].endian is not None and index_codecs[0].endian.value == "big"
+        index_bytes = index_codecs[0]
+        assert isinstance(index_bytes, BytesCodec)
+        index_big = index_bytes.endian is not None and index_bytes.endian.value == "big"
 
         for group in _groups(batch):
             # 1. every shard index of the group: one plan, into host memory (they are small)
@@ -256,7 +253,7 @@ class CodecPipeline(BatchedCodecPipeline):
                         raw,
                         np.zeros(1, np.int64),
                         np.array([n], np.int64),
-                        lambda _i, key=bg.path: key + " (shard index)",
+                        _constant_key(bg.path + " (shard index)"),
                         False,
                     )
                     raw = K.verify_crc32c(one).view(0)
@@ -320,7 +317,7 @@ class CodecPipeline(BatchedCodecPipeline):
                 key_of,
                 on_gpu,
             )
-            dense = inner_pipeline.decode_dense(inner, inner_spec) if len(inner) else None
+            dense: Any = inner_pipeline.decode_dense(inner, inner_spec) if len(inner) else None
 
             # 4. each shard assembled on the device from its inner chunks (fill value elsewhere)
             shards: list[Any] = [None] * len(group)
@@ -377,9 +374,9 @@ class CodecPipeline(BatchedCodecPipeline):
         assert isinstance(ab, BytesCodec)
         stored = ab.endian.value if ab.endian is not None else None
         arr = _from_bytes(rows, dt, stored, on_gpu).reshape((n,) + tuple(spec_ab.shape))
-        for codec in reversed(self.array_array_codecs):
-            assert isinstance(codec, TransposeCodec)
-            inverse = [int(i) for i in np.argsort(codec.order)]
+        for aa in reversed(self.array_array_codecs):
+            assert isinstance(aa, TransposeCodec)
+            inverse = [int(i) for i in np.argsort(aa.order)]
             arr = arr.transpose([0] + [1 + i for i in inverse])
         return arr
 
@@ -410,7 +407,7 @@ class CodecPipeline(BatchedCodecPipeline):
         chunks = K.Batch(
             block, offsets, sizes, lambda j: "<chunk %d of the batch>" % present[j], on_gpu
         )
-        dense = (
+        dense: Any = (
             self.decode_dense(K.aligned(chunks, 16) if on_gpu else chunks, items[0][1])
             if raws
             else None
@@ -439,9 +436,9 @@ class CodecPipeline(BatchedCodecPipeline):
             nd = items[i][0]
             assert nd is not None
             a = nd.as_ndarray_like()
-            for codec in self.array_array_codecs:
-                assert isinstance(codec, TransposeCodec)
-                a = a.transpose(codec.order)
+            for aa in self.array_array_codecs:
+                assert isinstance(aa, TransposeCodec)
+                a = a.transpose(aa.order)
             data.append(_to_bytes(xp.ascontiguousarray(a), stored, on_gpu))
         for codec in self.bytes_bytes_codecs:
             if isinstance(codec, Crc32cCodec):
@@ -554,6 +551,20 @@ def _touched(sel: Any, inner: tuple[int, ...], cps: tuple[int, ...]) -> np.ndarr
     return np.ravel_multi_index(tuple(g.ravel() for g in grids), cps).astype(np.int64)
 
 
+def _keys(group: list[_BatchItem], present: list[int]) -> Callable[[int], str]:
+    def key_of(j: int) -> str:
+        return str(group[present[j]][0].path)
+
+    return key_of
+
+
+def _constant_key(key: str) -> Callable[[int], str]:
+    def key_of(_j: int) -> str:
+        return key
+
+    return key_of
+
+
 async def _wait(pending: Any) -> Any:
     await pending.wait()
     return pending
@@ -577,4 +588,5 @@ def _place(
         value = a[chunk_sel]
         if drop_axes:
             value = value.squeeze(axis=drop_axes)
-        out.as_ndarray_like()[out_sel] = value
+        target: Any = out.as_ndarray_like()
+        target[out_sel] = value

@@ -218,7 +218,7 @@ class Store(_ZarrStore):
                         )
                     continue
                 total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
-            block = _allocate(total, on_gpu) if requests else None
+            block = _allocate(total, on_gpu)
             if on_gpu:
                 # The reads below are ordered with no stream; the block may be memory that work
                 # still queued on the current stream used last (CuPy's pool reuses it in stream
@@ -258,7 +258,7 @@ class Store(_ZarrStore):
             [f for f in files.values() if f is not None],
             block,
             np.array([offsets[i] for i in present], dtype=np.int64),
-            np.array([spans[i][1] - spans[i][0] for i in present], dtype=np.int64),  # type: ignore[index]
+            np.array([_length(spans[i]) for i in present], dtype=np.int64),
             present,
         )
 
@@ -348,11 +348,11 @@ class Store(_ZarrStore):
     # -- listing ------------------------------------------------------------------------------
 
     async def list(self) -> AsyncIterator[str]:
-        for key in self._walk(self.root):
+        for key in _walk(self.root):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self._walk(self.root):
+        for key in _walk(self.root):
             if key.startswith(prefix):
                 yield key
 
@@ -366,18 +366,20 @@ class Store(_ZarrStore):
             if not entry.name.endswith(".partial"):
                 yield entry.name
 
-    def _walk(self, base: Path) -> list[str]:
-        keys: list[str] = []
-        for dirpath, _dirs, names in os.walk(base):
-            rel = Path(dirpath).relative_to(self.root).as_posix()
-            for name in names:
-                if name.endswith(".partial"):
-                    continue
-                keys.append(name if rel == "." else rel + "/" + name)
-        return sorted(keys)
-
 
 _MISSING = object()
+
+
+def _walk(root: Path) -> list[str]:
+    """Every key below `root`, sorted (temporary files of writes in flight left out)."""
+    keys: list[str] = []
+    for dirpath, _dirs, names in os.walk(root):
+        rel = Path(dirpath).relative_to(root).as_posix()
+        for name in names:
+            if name.endswith(".partial"):
+                continue
+            keys.append(name if rel == "." else rel + "/" + name)
+    return sorted(keys)
 
 
 class _Unordered:
@@ -447,6 +449,11 @@ class PendingReads:
         self._files = []
         if error is not None:
             raise error
+
+
+def _length(span: tuple[int, int] | None) -> int:
+    assert span is not None
+    return span[1] - span[0]
 
 
 def _count(name: str, n: int = 1) -> None:
