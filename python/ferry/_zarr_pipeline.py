@@ -50,8 +50,9 @@ __all__ = ["CodecPipeline"]
 
 _MAX_U64 = 2**64 - 1
 # Decoded bytes one group of a read may hold at once; the next group's reads run while a group
-# decodes, so two groups' worth of memory is in use.
-GROUP_BYTES = 1 << 30
+# decodes, so two groups' worth of memory is in use. Large, because nvCOMP decodes the chunks of
+# one call in parallel (one 16 MiB zstd frame alone keeps little of a GPU busy).
+GROUP_BYTES = 2 << 30
 
 _BatchItem = tuple[Any, ArraySpec, "SelectorTuple", "SelectorTuple", bool]
 
