@@ -407,3 +407,18 @@ def test_uncompressed_rows_read_in_place(tmp_path, endian):
         got, s = _read_counted(tmp_path / "r.zarr", sel)
         _same(got, ref[sel])
         assert s["plans"] == 1
+
+
+def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
+    from ferry import _zarr_kernels as K
+
+    ref = _write(tmp_path / "a.zarr", dtype="float32", compressor=ZstdCodec(level=1))
+    monkeypatch.setattr(K, "_nvcomp", None)
+    monkeypatch.setattr(K, "_nvcomp_error", "nvCOMP is unavailable (forced by the test)")
+    monkeypatch.setattr(K, "_warned", set())
+    fz.reset_stats()
+    with pytest.warns(RuntimeWarning, match="forced by the test"):
+        got = _read_ferry_gpu(tmp_path / "a.zarr")
+    _same(cupy.asnumpy(got), ref)
+    s = fz.stats()
+    assert s["cpu_fallbacks"] == {"nvCOMP is unavailable (forced by the test)": 20}
