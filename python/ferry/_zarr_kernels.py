@@ -150,7 +150,8 @@ def nvcomp_unavailable_reason() -> str:
     return _nvcomp_error or ""
 
 
-_codecs: dict[tuple[str, int, int], Any] = {}
+# nvCOMP codecs hold scratch state: one per thread, device and stream.
+_codecs: dict[tuple[str, int, int, int], Any] = {}
 
 
 def _nvcomp_codec(name: str, stream: int) -> Any:
@@ -158,7 +159,7 @@ def _nvcomp_codec(name: str, stream: int) -> Any:
 
     nvcomp = nvcomp_module()
     dev = cupy.cuda.runtime.getDevice()
-    key = (name, dev, stream)
+    key = (name, dev, stream, threading.get_ident())
     codec = _codecs.get(key)
     if codec is None:
         codec = nvcomp.Codec(
@@ -281,7 +282,7 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
         _leave_nvcomp_stream()
 
 
-_streams: dict[int, Any] = {}
+_streams: dict[tuple[int, int], Any] = {}
 
 
 def _enter_nvcomp_stream() -> int:
@@ -289,10 +290,10 @@ def _enter_nvcomp_stream() -> int:
     the legacy default stream), made to wait for the work queued on the caller's stream."""
     import cupy
 
-    dev = cupy.cuda.runtime.getDevice()
-    s = _streams.get(dev)
+    key = (cupy.cuda.runtime.getDevice(), threading.get_ident())
+    s = _streams.get(key)
     if s is None:
-        s = _streams[dev] = cupy.cuda.Stream(non_blocking=False)
+        s = _streams[key] = cupy.cuda.Stream(non_blocking=False)
     s.wait_event(cupy.cuda.get_current_stream().record())
     return int(s.ptr)
 
@@ -301,7 +302,7 @@ def _leave_nvcomp_stream() -> None:
     """The caller's stream waits for nvCOMP's work."""
     import cupy
 
-    s = _streams[cupy.cuda.runtime.getDevice()]
+    s = _streams[(cupy.cuda.runtime.getDevice(), threading.get_ident())]
     cupy.cuda.get_current_stream().wait_event(s.record())
 
 
