@@ -126,8 +126,11 @@ class CodecPipeline(BatchedCodecPipeline):
         drop_axes: tuple[int, ...] = (),
     ) -> None:
         batch = list(batch_info)
-        ours = bool(batch) and all(
-            isinstance(bg, StorePath) and isinstance(bg.store, Store) for bg, *_ in batch
+        # ferry's store, and one chunk shape (a regular grid): a batch decodes as one array
+        ours = (
+            bool(batch)
+            and all(isinstance(bg, StorePath) and isinstance(bg.store, Store) for bg, *_ in batch)
+            and len({tuple(item[1].shape) for item in batch}) == 1
         )
         if ours and _supported_dtype(batch[0][1]) and self._chunk_chain_supported():
             await self._read_chunks(batch, out, drop_axes)
