@@ -374,33 +374,26 @@ def gather(batch: Batch, stride: int | None, alignment: int = 256) -> Batch:
     return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
 
 
+# Codecs whose GPU encoding produced something the host decoder does not read back: reason.
+_gpu_encode_refused: dict[str, str] = {}
+
+
 def compress(name: str, chunks: Sequence[Any], level: int | None, on_gpu: bool) -> list[Any]:
-    """Compresses each chunk; on the GPU through nvCOMP where it can, else on the host."""
+    """Compresses each chunk; on the GPU through nvCOMP where it can, else on the host.
+
+    The first chunk of every GPU batch is decoded back on the host (numcodecs) and compared:
+    a format nvCOMP writes that other readers cannot read must never reach a store. A mismatch
+    turns GPU encoding of that codec off for the process (warned and counted)."""
     if not chunks:
         return []
-    if on_gpu and nvcomp_module() is not None:
-        import cupy
-
-        try:
-            nvcomp = nvcomp_module()
-            stream = _enter_nvcomp_stream()
-            codec = _nvcomp_codec(name, stream)
-            res = codec.encode(
-                nvcomp.as_arrays([cupy.ascontiguousarray(c) for c in chunks], cuda_stream=stream)
-            )
-            _leave_nvcomp_stream()
-            outs = [
-                cupy.array(cupy.from_dlpack(a), copy=True).view(cupy.uint8).ravel() for a in res
-            ]
+    if on_gpu and nvcomp_module() is not None and name not in _gpu_encode_refused:
+        outs = _compress_gpu(name, chunks)
+        if outs is not None:
             count("encoded_gpu", len(chunks))
             return outs
-        except Exception as e:
-            fallback(
-                "nvCOMP cannot encode %s here (%s)" % (name, str(e).splitlines()[0][:120]),
-                len(chunks),
-            )
-    elif on_gpu:
-        fallback(nvcomp_unavailable_reason(), len(chunks))
+    if on_gpu:
+        reason = _gpu_encode_refused.get(name) or nvcomp_unavailable_reason()
+        fallback(reason, len(chunks))
     codec = _host_codec(name, level)
     out = []
     for c in chunks:
@@ -409,6 +402,31 @@ def compress(name: str, chunks: Sequence[Any], level: int | None, on_gpu: bool) 
         out.append(_to(enc, on_gpu))
     count("encoded_cpu", len(chunks))
     return out
+
+
+def _compress_gpu(name: str, chunks: Sequence[Any]) -> list[Any] | None:
+    import cupy
+
+    nvcomp = nvcomp_module()
+    try:
+        stream = _enter_nvcomp_stream()
+        try:
+            codec = _nvcomp_codec(name, stream)
+            srcs = nvcomp.as_arrays([cupy.ascontiguousarray(c) for c in chunks], cuda_stream=stream)
+            res = codec.encode(srcs)
+        finally:
+            _leave_nvcomp_stream()
+        outs = [cupy.array(cupy.from_dlpack(a), copy=True).view(cupy.uint8).ravel() for a in res]
+        back = _host_codec(name).decode(outs[0].get())
+        if bytes(back) != chunks[0].get().tobytes():
+            raise ValueError("the host does not decode nvCOMP's %s output back to the input" % name)
+        return outs
+    except Exception as e:
+        _gpu_encode_refused[name] = "nvCOMP cannot encode %s here (%s)" % (
+            name,
+            str(e).splitlines()[0][:120],
+        )
+        return None
 
 
 def _to(a: np.ndarray, on_gpu: bool) -> Any:
