@@ -162,7 +162,7 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
     return exc
 
 
-for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError, EndOfFileError,
-             CuFileError, CudaError):
+for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
+             EndOfFileError, CuFileError, CudaError):
     _cls.__module__ = "ferry"
 del _cls
