@@ -15,6 +15,7 @@ a reader never sees half a chunk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -34,7 +35,7 @@ from zarr.abc.store import (
 )
 
 from . import _ferry
-from ._errors import FileError, UsageError
+from ._errors import UsageError, _file_error_class
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -116,7 +117,9 @@ class Store(_ZarrStore):
         if not self.read_only:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
-            raise FileError(2, "the Zarr store's root is not a directory", str(self.root))
+            raise _file_error_class(errno.ENOENT)(
+                errno.ENOENT, "the Zarr store's root is not a directory", str(self.root)
+            )
         await super()._open()
 
     def __eq__(self, other: object) -> bool:

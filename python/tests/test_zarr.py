@@ -422,3 +422,12 @@ def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
     _same(cupy.asnumpy(got), ref)
     s = fz.stats()
     assert s["cpu_fallbacks"] == {"nvCOMP is unavailable (forced by the test)": 20}
+
+
+def test_read_only_store_needs_its_root(tmp_path):
+    from zarr.core.sync import sync
+
+    store = fz.Store(tmp_path / "nowhere", read_only=True)
+    with pytest.raises(FileNotFoundError) as e:
+        sync(store._open())
+    assert isinstance(e.value, ferry.FileError) and "nowhere" in str(e.value)
