@@ -35,6 +35,12 @@ fi
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
 python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+# zarr-python 3 (with numcodecs, google-crc32c and donfig) writes the arrays that ferry.zarr's
+# tests read; ferry itself never needs it. Without network and without carried wheels the
+# install fails: then those tests skip, saying so, and nothing else is held up.
+python3 -c "import zarr, numcodecs, google_crc32c; assert int(zarr.__version__.split('.')[0]) >= 3" 2>/dev/null ||
+  python3 -m pip install -q "zarr>=3.1" numcodecs google-crc32c ||
+  echo "deps: zarr could not be installed; the tests of ferry.zarr will skip" >&2
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1

@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import _ferry
 from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (
+    ChunkError,
     CudaError,
     CuFileError,
     EndOfFileError,
@@ -53,6 +54,7 @@ from . import numpy  # noqa: E402  (ferry.numpy: numpy's signatures)
 
 __all__ = [
     "Array",
+    "ChunkError",
     "CudaError",
     "CuFileError",
     "EndOfFileError",

@@ -9,6 +9,7 @@ ferry class                 raised for                                  also a
 ``UsageError``              a bad argument, a closed file, a bad mode   ``ValueError``
 ``SettingsError``           a setting that does not parse               ``ValueError``
 ``FormatError``             invalid .npy / safetensors / raw content    ``ValueError``
+``ChunkError``              a Zarr chunk that does not decode (``key``)  ``ValueError``
 ``FileError``               a failed system call (errno, filename)      ``OSError``
 ``EndOfFileError``          a read past the end of a file               ``OSError``, ``EOFError``
 ``CuFileError``             a failed cuFile call (``code``)             ``OSError``
@@ -30,6 +31,7 @@ __all__ = [
     "UsageError",
     "SettingsError",
     "FormatError",
+    "ChunkError",
     "FileError",
     "EndOfFileError",
     "CuFileError",
@@ -57,6 +59,15 @@ class FormatError(Error, ValueError):
     filename: str | None = None
     field: str | None = None
     reason: str | None = None
+
+
+class ChunkError(FormatError):
+    """A Zarr chunk whose bytes do not decode: a checksum that does not match, compressed data
+    that is truncated or corrupt, a size that does not fit the chunk. ``key`` is the chunk's
+    store key (``filename`` its path where the store has one), ``field`` the codec that
+    refused it and ``reason`` why."""
+
+    key: str | None = None
 
 
 class FileError(Error, OSError):
@@ -151,7 +162,7 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
     return exc
 
 
-for _cls in (Error, UsageError, SettingsError, FormatError, FileError, EndOfFileError,
-             CuFileError, CudaError):
+for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
+             EndOfFileError, CuFileError, CudaError):
     _cls.__module__ = "ferry"
 del _cls

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Zarr arrays read into GPU memory: ferry.zarr against ferry's raw reads, zarr-python and KvikIO.
+
+Writes three arrays of --size bytes (float32, 1-D) with zarr-python itself (zstd level 1,
+zarr's threaded writer) under --dir, once (they are reused while their parameters match),
+then reads each whole array into GPU memory with the page cache hot, best of --repeat:
+
+  (a) uncompressed, --chunk chunks: ferry.zarr (store + pipeline) vs ferry's raw read of the
+      same chunk files (every file read into one GPU buffer by parallel ferry requests);
+  (b) zstd, --zstd-chunk chunks: ferry.zarr (nvCOMP on the GPU) vs zarr-python with
+      zarr.config.enable_gpu() (CPU decode, LocalStore) vs kvikio.zarr.GDSStore when it
+      imports and runs with this zarr (else the reason is printed);
+  (c) sharded, --shard shards of --inner zstd inner chunks: ferry.zarr on the GPU vs
+      zarr-python's CPU path (LocalStore, numpy result).
+
+The table gives GB/s of array bytes and each ratio next to the bar of issue 16 (0.9x, 3x, 2x,
+5x). A quick run: --size 256M. Needs numpy, cupy, zarr (3.x), numcodecs, google-crc32c,
+donfig, nvidia-nvcomp-cu13, ferry (PYTHONPATH=build/python); kvikio is optional.
+
+  python3 bench/zarr_bench.py --dir /data/zbench --size 4G --json zarr.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def parse_size(text: str) -> int:
+    """'4G', '256M', '64KiB', '1048576' -> bytes."""
+    t = text.strip().upper()
+    for suffix in ("IB", "B"):
+        if t.endswith(suffix) and len(t) > len(suffix):
+            t = t[: -len(suffix)]
+            break
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def make_data(n: int) -> np.ndarray:
+    """float32 values a zstd level 1 compresses about 2-3x: small integers with noise in the
+    low mantissa bits, a 64 MiB random block tiled (longer than any chunk, so no chunk sees a
+    repeat)."""
+    rng = np.random.default_rng(16)
+    block = min(n, 16 << 20)
+    base = rng.integers(0, 512, block).astype(np.float32)
+    base += rng.integers(0, 4, block).astype(np.float32) * np.float32(1 / 64)
+    reps = -(-n // block)
+    return np.tile(base, reps)[:n]
+
+
+def write_arrays(
+    root: str, size: int, chunk: int, zchunk: int, shard: int, inner: int
+) -> dict[str, str]:
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    n = size // 4
+    params = {
+        "size": size,
+        "chunk": chunk,
+        "zstd_chunk": zchunk,
+        "shard": shard,
+        "inner": inner,
+        "zarr": zarr.__version__,
+    }
+    marker = os.path.join(root, "params.json")
+    paths = {k: os.path.join(root, k + ".zarr") for k in ("raw", "zstd", "sharded")}
+    if (
+        os.path.exists(marker)
+        and json.loads(Path(marker).read_text()) == params
+        and all(map(os.path.isdir, paths.values()))
+    ):
+        log("zarr_bench: reusing the arrays in %s" % root)
+        return paths
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    t0 = time.perf_counter()
+    data = make_data(n)
+    zarr.config.set(
+        {"async.concurrency": max(os.cpu_count() or 4, 4), "threading.max_workers": os.cpu_count()}
+    )
+    specs = {
+        "raw": dict(chunks=(chunk // 4,), compressors=None),
+        "zstd": dict(chunks=(zchunk // 4,), compressors=ZstdCodec(level=1)),
+        "sharded": dict(chunks=(inner // 4,), shards=(shard // 4,), compressors=ZstdCodec(level=1)),
+    }
+    for name, spec in specs.items():
+        z = zarr.create_array(store=paths[name], shape=(n,), dtype="float32", fill_value=0, **spec)
+        unit = (spec.get("shards") or spec["chunks"])[0]
+        step = max(unit, (256 << 20) // 4 // unit * unit)  # 256 MiB pieces of whole shards
+
+        def piece(start: int, z: Any = z, step: int = step) -> None:
+            z[start : start + step] = data[start : start + step]
+
+        # zarr encodes the chunks of one write on its thread pool; a few writes at once keep
+        # every core busy
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(piece, range(0, n, step)))
+        log("zarr_bench: wrote %s (%.1f s so far)" % (paths[name], time.perf_counter() - t0))
+    Path(marker).write_text(json.dumps(params))
+    return paths
+
+
+def chunk_files(path: str) -> list[str]:
+    out = []
+    for d, _, names in os.walk(os.path.join(path, "c")):
+        out += [os.path.join(d, x) for x in names]
+    return sorted(out)
+
+
+def best(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
+    times = []
+    for _ in range(repeat):
+        sync()
+        t = time.perf_counter()
+        r = fn()
+        sync()
+        times.append(time.perf_counter() - t)
+        del r
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--dir", default=os.environ.get("FERRY_BENCH_DIR", "/tmp/ferry-zarr-bench"))
+    ap.add_argument(
+        "--size", default="4G", help="bytes of each array (default 4G; e.g. 256M for a quick run)"
+    )
+    ap.add_argument("--chunk", default="16M", help="chunk size of (a), 1M-16M (default 16M)")
+    ap.add_argument(
+        "--zstd-chunk",
+        default="4M",
+        help="chunk size of (b), 1M-16M (default 4M: more frames for nvCOMP to decode at once)",
+    )
+    ap.add_argument("--shard", default="16M", help="shard size of (c) (default 16M)")
+    ap.add_argument("--inner", default="64K", help="inner chunk size of (c) (default 64K)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument(
+        "--skip-cpu", action="store_true", help="leave out zarr-python's CPU reads (slow)"
+    )
+    args = ap.parse_args()
+    size, chunk = parse_size(args.size), parse_size(args.chunk)
+    zchunk = parse_size(args.zstd_chunk)
+    shard, inner = parse_size(args.shard), parse_size(args.inner)
+    size -= size % shard
+    if size <= 0 or chunk % 4 or zchunk % 4 or shard % inner or inner % 4:
+        ap.error("--size must hold a shard, --chunk a multiple of 4, --shard a multiple of --inner")
+
+    import cupy
+    import ferry
+    import ferry.zarr as fz
+    import zarr
+
+    versions = {
+        "zarr": zarr.__version__,
+        "ferry": ferry.__version__,
+        "cupy": cupy.__version__,
+        "numpy": np.__version__,
+        "nvcomp": fz.nvcomp_unavailable_reason() or "available",
+    }
+    try:
+        import importlib.metadata as md
+
+        versions["nvcomp"] = (
+            "nvidia-nvcomp-cu13 " + md.version("nvidia-nvcomp-cu13")
+            if not fz.nvcomp_unavailable_reason()
+            else versions["nvcomp"]
+        )
+    except Exception:
+        pass
+    log("zarr_bench: %s" % versions)
+    cupy.zeros(1).sum()  # the CUDA context, outside the timed regions
+    paths = write_arrays(args.dir, size, chunk, zchunk, shard, inner)
+    nbytes = (size // 4) * 4
+    sync = cupy.cuda.runtime.deviceSynchronize
+    pool = cupy.get_default_memory_pool()
+    results: dict[str, Any] = {
+        "params": {
+            "size": nbytes,
+            "chunk": chunk,
+            "zstd_chunk": zchunk,
+            "shard": shard,
+            "inner": inner,
+            "repeat": args.repeat,
+        },
+        "versions": versions,
+        "rows": {},
+        "notes": [],
+    }
+
+    def run(name: str, fn: Callable[[], Any]) -> float | None:
+        try:
+            fn()  # warm: page cache, nvCOMP and kernel set-up, file system metadata
+            sync()
+            t = best(fn, args.repeat, sync)
+        except Exception as e:
+            note = "%s: did not run: %s" % (name, _first_line(e))
+            log("zarr_bench: " + note)
+            traceback.print_exc(file=sys.stderr)
+            results["notes"].append(note)
+            return None
+        finally:
+            pool.free_all_blocks()
+        gbs = nbytes / t / 1e9
+        results["rows"][name] = {"seconds": t, "GBps": gbs}
+        log("zarr_bench: %-40s %8.3f s %7.2f GB/s" % (name, t, gbs))
+        return gbs
+
+    def ferry_read(path: str) -> Callable[[], Any]:
+        def go() -> Any:
+            with fz.enable(), zarr.config.enable_gpu():
+                return zarr.open_array(store=fz.Store(path), mode="r")[...]
+
+        return go
+
+    def zarr_read(path: str, gpu: bool, store: Any = None) -> Callable[[], Any]:
+        def go() -> Any:
+            if gpu:
+                with zarr.config.enable_gpu():
+                    return zarr.open_array(store=store or path, mode="r")[...]
+            return zarr.open_array(store=store or path, mode="r")[...]
+
+        return go
+
+    class Unordered:
+        """A GPU view offered through the CUDA array interface with no stream, so that ferry
+        reads it on its parallel path (as ferry.zarr's store does)."""
+
+        def __init__(self, view: Any) -> None:
+            self.view = view
+            self.__cuda_array_interface__ = {
+                "shape": (int(view.size),),
+                "typestr": "|u1",
+                "version": 3,
+                "data": (int(view.data.ptr), False),
+                "strides": None,
+                "stream": None,
+            }
+
+    def raw_read(path: str) -> Callable[[], Any]:
+        files = chunk_files(path)
+        sizes = [os.path.getsize(f) for f in files]
+
+        def go() -> Any:
+            buf = cupy.empty(sum(sizes), dtype=cupy.uint8)
+            sync()
+            handles = [ferry.File(f) for f in files]
+            futs, off = [], 0
+            for h, n in zip(handles, sizes):
+                futs.append(h.pread(Unordered(buf[off : off + n])))
+                off += n
+            for fu in futs:
+                fu.result()
+            for h in handles:
+                h.close()
+            return buf
+
+        return go
+
+    # correctness first: ferry's result equals zarr's on a slice of each array
+    for p in paths.values():
+        with fz.enable(), zarr.config.enable_gpu():
+            got = cupy.asnumpy(zarr.open_array(store=fz.Store(p), mode="r")[: 3 << 20])
+        want = zarr.open_array(store=p, mode="r")[: 3 << 20]
+        if got.tobytes() != want.tobytes():
+            log("zarr_bench: ferry's read of %s differs from zarr's" % p)
+            return 1
+
+    fz.reset_stats()
+    r_raw = run("(a) ferry raw read of the chunk files", raw_read(paths["raw"]))
+    r_a = run("(a) ferry.zarr uncompressed", ferry_read(paths["raw"]))
+    run("(a) zarr enable_gpu uncompressed", zarr_read(paths["raw"], True))
+    r_b = run("(b) ferry.zarr zstd (GPU decode)", ferry_read(paths["zstd"]))
+    r_bz = (
+        None
+        if args.skip_cpu
+        else run("(b) zarr enable_gpu zstd (CPU decode)", zarr_read(paths["zstd"], True))
+    )
+    r_bk = None
+    try:
+        import kvikio  # type: ignore[import-not-found]
+    except Exception as e:
+        note = "(b) kvikio is not importable here (%s): no GDSStore comparison" % _first_line(e)
+        log("zarr_bench: " + note)
+        results["notes"].append(note)
+    else:
+        kv = "kvikio %s, zarr %s" % (getattr(kvikio, "__version__", "?"), zarr.__version__)
+        versions["kvikio"] = kv
+        try:
+            from kvikio.zarr import GDSStore  # type: ignore[import-not-found]
+
+            gds_store = GDSStore(paths["zstd"])
+        except Exception as e:
+            note = "(b) kvikio.zarr.GDSStore does not work with %s: %s" % (kv, _first_line(e))
+            log("zarr_bench: " + note)
+            results["notes"].append(note)
+        else:
+            r_bk = run(
+                "(b) kvikio.zarr.GDSStore zstd (%s)" % kv, zarr_read(paths["zstd"], True, gds_store)
+            )
+            if r_bk is None:
+                results["notes"].append("(b) kvikio.zarr.GDSStore did not run with %s (above)" % kv)
+    r_c = run("(c) ferry.zarr sharded (GPU decode)", ferry_read(paths["sharded"]))
+    r_cz = (
+        None if args.skip_cpu else run("(c) zarr CPU sharded", zarr_read(paths["sharded"], False))
+    )
+    results["ferry_zarr_stats"] = fz.stats()
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "%.2fx" % (a / b) if a and b else "n/a"
+
+    bars = [
+        ("(a) uncompressed vs ferry raw read", ratio(r_a, r_raw), 0.9),
+        ("(b) zstd vs zarr enable_gpu (CPU decode)", ratio(r_b, r_bz), 3.0),
+        ("(b) zstd vs kvikio GDSStore", ratio(r_b, r_bk), 2.0),
+        ("(c) sharded vs zarr CPU", ratio(r_c, r_cz), 5.0),
+    ]
+    results["bars"] = [{"what": w, "ratio": r, "bar": b} for w, r, b in bars]
+    print(
+        "\nZarr -> GPU, %.2f GiB float32, chunks %s, shards %s of %s inner chunks, "
+        "hot page cache, best of %d"
+        % (
+            nbytes / (1 << 30),
+            args.chunk + " (zstd " + args.zstd_chunk + ")",
+            args.shard,
+            args.inner,
+            args.repeat,
+        )
+    )
+    print("| reader | s | GB/s |")
+    print("| --- | --- | --- |")
+    for name, row in results["rows"].items():
+        print("| %s | %.3f | %.2f |" % (name, row["seconds"], row["GBps"]))
+    print("\n| bar | ratio | target | met |")
+    print("| --- | --- | --- | --- |")
+    for w, r, b in bars:
+        met = "n/a" if r == "n/a" else ("yes" if float(r[:-1]) >= b else "no")
+        print("| %s | %s | >= %.1fx | %s |" % (w, r, b, met))
+    for note in results["notes"]:
+        print("note: " + note)
+    print("ferry.zarr stats: %s" % json.dumps(results["ferry_zarr_stats"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

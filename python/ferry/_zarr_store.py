@@ -1,0 +1,477 @@
+"""ferry.zarr.Store: a zarr-python 3 store over a local directory, read and written by ferry.
+
+Chunk bytes land straight in the memory zarr asks for: GPU memory when the buffer prototype is
+zarr's GPU prototype (``zarr.config.enable_gpu()``), host memory otherwise. The requests of one
+read (``get_partial_values``, ``_get_many``, and ferry's codec pipeline, which hands a whole
+selection over at once) form one plan: every file opened, one allocation carved into aligned
+views, every range started as a ferry request at once so that ferry's pool runs them in parallel,
+then awaited together. zarr's own LocalStore reads one chunk per call, each in full, on
+Python's thread pool.
+
+Writes go through ferry too: a temporary file in the key's directory, renamed over the key, so
+a reader never sees half a chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
+from zarr.abc.store import (
+    Store as _ZarrStore,
+)
+
+from . import _ferry
+from ._errors import UsageError, _file_error_class
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+
+    from zarr.core.buffer import Buffer, BufferPrototype
+
+__all__ = ["PendingReads", "ReadRequest", "Store", "is_gpu_prototype"]
+
+# Views of one batch start at this alignment: nvCOMP's batched decoders and the CRC kernel want
+# 16-byte aligned inputs, and 256 bytes keeps each view on its own cache lines.
+_ALIGN = 256
+
+
+def is_gpu_prototype(prototype: BufferPrototype) -> bool:
+    """Whether zarr asks for buffers in GPU memory (zarr's GPU buffer prototype)."""
+    try:
+        from zarr.core.buffer import gpu
+    except ImportError:  # pragma: no cover - zarr without its GPU module
+        return False
+    return issubclass(prototype.buffer, gpu.Buffer)
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """One byte range of one key: None reads the whole value. `into`, a contiguous 1-D uint8
+    array (CuPy on the GPU), receives the bytes instead of the plan's block; the value must
+    then fill it exactly."""
+
+    key: str
+    byte_range: ByteRequest | None = None
+    into: Any = None
+
+
+def _span(size: int, byte_range: ByteRequest | None) -> tuple[int, int]:
+    """[start, end) of `byte_range` in a value of `size` bytes, clamped to it."""
+    if byte_range is None:
+        return 0, size
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.start < 0 or byte_range.end < byte_range.start:
+            raise UsageError("bad byte range %r" % (byte_range,))
+        return min(byte_range.start, size), min(byte_range.end, size)
+    if isinstance(byte_range, OffsetByteRequest):
+        if byte_range.offset < 0:
+            raise UsageError("bad byte range %r" % (byte_range,))
+        return min(byte_range.offset, size), size
+    if isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix < 0:
+            raise UsageError("bad byte range %r" % (byte_range,))
+        return max(size - byte_range.suffix, 0), size
+    raise UsageError("unknown byte range %r" % (byte_range,))
+
+
+class Store(_ZarrStore):
+    """A zarr store over the directory `root`, whose reads and writes go through ferry.
+
+    Use it wherever zarr takes a store::
+
+        z = zarr.open_array(store=ferry.zarr.Store("data.zarr"), mode="r")
+
+    Keys are paths below `root` ("/"-separated). Thread safety: as zarr's stores, any method
+    may run concurrently with any other; a value being replaced is never seen half written.
+    """
+
+    supports_writes: bool = True
+    supports_deletes: bool = True
+    supports_partial_writes: bool = False  # type: ignore[assignment]
+    supports_listing: bool = True
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        super().__init__(read_only=read_only)
+        self.root = Path(root)
+
+    def with_read_only(self, read_only: bool = False) -> Store:
+        return type(self)(self.root, read_only=read_only)
+
+    async def _open(self) -> None:
+        if not self.read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir():
+            raise _file_error_class(errno.ENOENT)(
+                errno.ENOENT, "the Zarr store's root is not a directory", str(self.root)
+            )
+        await super()._open()
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Store)
+            and self.root == other.root
+            and self.read_only == other.read_only
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.root, self.read_only))
+
+    def __str__(self) -> str:
+        return "ferry://%s" % self.root.as_posix()
+
+    def __repr__(self) -> str:
+        return "ferry.zarr.Store(%r)" % str(self.root)
+
+    def path_of(self, key: str) -> Path:
+        """The file that holds `key`. Keys may not leave the root."""
+        parts = [p for p in key.split("/") if p not in ("", ".")]
+        if any(p == ".." for p in parts):
+            raise UsageError("Zarr key %r leaves the store's root %s" % (key, self.root))
+        return self.root.joinpath(*parts)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if not self._is_open:
+            await self._open()
+        return (await self.read_many([ReadRequest(key, byte_range)], prototype))[0]
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        return await self.read_many([ReadRequest(k, r) for k, r in key_ranges], prototype)
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
+        # One plan for each prototype among the requests (zarr passes one).
+        by_proto: dict[int, tuple[BufferPrototype, list[ReadRequest]]] = {}
+        for key, prototype, byte_range in requests:
+            by_proto.setdefault(id(prototype), (prototype, []))[1].append(
+                ReadRequest(key, byte_range)
+            )
+        for prototype, reqs in by_proto.values():
+            for req, buf in zip(reqs, await self.read_many(reqs, prototype)):
+                yield req.key, buf
+
+    async def read_many(
+        self, requests: Sequence[ReadRequest], prototype: BufferPrototype
+    ) -> list[Buffer | None]:
+        """Reads every request in one plan; None for a key that does not exist.
+
+        Each file is opened once however many ranges of it are asked for; the ranges land in
+        views of one allocation (GPU memory for zarr's GPU prototype) and run in parallel.
+        """
+        views = await self.read_many_raw(requests, on_gpu=is_gpu_prototype(prototype))
+        return [None if v is None else prototype.buffer.from_array_like(v) for v in views]
+
+    async def read_many_raw(self, requests: Sequence[ReadRequest], *, on_gpu: bool) -> list[Any]:
+        """As read_many, returning 1-D uint8 arrays (CuPy on the GPU, else numpy) or None."""
+        return await self.start_reads(requests, on_gpu=on_gpu).wait()
+
+    def start_reads(self, requests: Sequence[ReadRequest], *, on_gpu: bool) -> PendingReads:
+        """Starts every request as one plan and returns at once; ``await .wait()`` for the
+        1-D uint8 arrays (CuPy on the GPU, else numpy), None for keys that do not exist."""
+        files: dict[str, Any] = {}
+        try:
+            spans: list[tuple[int, int] | None] = []
+            for req in requests:
+                f = files.get(req.key, _MISSING)
+                if f is _MISSING:
+                    f = files[req.key] = self._open_for_read(req.key)
+                spans.append(None if f is None else _span(f.size(), req.byte_range))
+            offsets: list[int] = []
+            total = 0
+            for req, span in zip(requests, spans):
+                offsets.append(total)
+                if span is None:
+                    continue
+                if req.into is not None:
+                    if int(req.into.nbytes) != span[1] - span[0]:
+                        from ._zarr_kernels import chunk_error
+
+                        raise chunk_error(
+                            req.key,
+                            "bytes",
+                            "the chunk holds %d bytes, %d expected"
+                            % (span[1] - span[0], int(req.into.nbytes)),
+                        )
+                    continue
+                total += -(-(span[1] - span[0]) // _ALIGN) * _ALIGN
+            block = _allocate(total, on_gpu)
+            if on_gpu:
+                # The reads below are ordered with no stream; the block may be memory that work
+                # still queued on the current stream used last (CuPy's pool reuses it in stream
+                # order), so that work finishes first.
+                import cupy
+
+                cupy.cuda.get_current_stream().synchronize()
+            out: list[Any] = []
+            pending = []
+            nbytes = 0
+            for req, span, off in zip(requests, spans, offsets):
+                if span is None:
+                    out.append(None)
+                    continue
+                view = req.into if req.into is not None else block[off : off + span[1] - span[0]]
+                out.append(view)
+                if span[1] > span[0]:
+                    target = _Unordered(view) if on_gpu else view
+                    pending.append(files[req.key].pread(target, span[0]))
+                    nbytes += span[1] - span[0]
+        except BaseException:
+            for f in files.values():
+                if f is not None:
+                    f.close()
+            raise
+        _count("plans")
+        _count("requests", len(pending))
+        _count("bytes_read", nbytes)
+        present = [
+            i
+            for i, (r, span) in enumerate(zip(requests, spans))
+            if span is not None and r.into is None
+        ]
+        return PendingReads(
+            out,
+            pending,
+            [f for f in files.values() if f is not None],
+            block,
+            np.array([offsets[i] for i in present], dtype=np.int64),
+            np.array([_length(spans[i]) for i in present], dtype=np.int64),
+            present,
+        )
+
+    def _open_for_read(self, key: str) -> Any:
+        try:
+            return _ferry.File(self.path_of(key), "r")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    async def exists(self, key: str) -> bool:
+        return self.path_of(key).is_file()
+
+    async def getsize(self, key: str) -> int:
+        try:
+            return self.path_of(key).stat().st_size
+        except OSError as e:
+            raise FileNotFoundError(key) from e
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        if not self._is_open:
+            await self._open()
+        await self._write(key, value.as_array_like(), exclusive=False)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        await self._write(key, value.as_array_like(), exclusive=True)
+
+    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
+        self._check_writable()
+        await asyncio.gather(
+            *(self._write(k, v.as_array_like(), exclusive=False) for k, v in values)
+        )
+
+    async def _write(self, key: str, data: Any, *, exclusive: bool) -> None:
+        path = self.path_of(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if exclusive and path.exists():
+            return
+        tmp = path.with_name(".%s.%s.partial" % (path.name, uuid.uuid4().hex))
+        try:
+            with _ferry.File(tmp, "w") as f:
+                if _nbytes(data):
+                    await f.pwrite(data)
+            if exclusive:
+                try:
+                    os.link(tmp, path)  # fails when another writer got there first
+                except FileExistsError:
+                    pass
+            else:
+                os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    async def delete(self, key: str) -> None:
+        self._check_writable()
+        path = self.path_of(key)
+        if path.is_dir():
+            import shutil
+
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_writable()
+        path = self.path_of(prefix)
+        if path.is_dir():
+            import shutil
+
+            shutil.rmtree(path)
+
+    async def clear(self) -> None:
+        self._check_writable()
+        if self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir():
+                    import shutil
+
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+
+    # -- listing ------------------------------------------------------------------------------
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in _walk(self.root):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in _walk(self.root):
+            if key.startswith(prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        base = self.path_of(prefix) if prefix.strip("/") else self.root
+        try:
+            entries = sorted(os.scandir(base), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if not entry.name.endswith(".partial"):
+                yield entry.name
+
+
+_MISSING = object()
+
+
+def _walk(root: Path) -> list[str]:
+    """Every key below `root`, sorted (temporary files of writes in flight left out)."""
+    keys: list[str] = []
+    for dirpath, _dirs, names in os.walk(root):
+        rel = Path(dirpath).relative_to(root).as_posix()
+        for name in names:
+            if name.endswith(".partial"):
+                continue
+            keys.append(name if rel == "." else rel + "/" + name)
+    return sorted(keys)
+
+
+class _Unordered:
+    """GPU memory offered to ferry through the CUDA array interface with no stream: the reads
+    into it need no stream order (start_reads synchronized first, and the results are used only
+    after the futures complete), so they take the engine's parallel path, GPUDirect Storage
+    included, rather than the stream lanes that serialize requests on one stream. (CuPy's own
+    DLPack and interface exports name a stream.)"""
+
+    __slots__ = ("__cuda_array_interface__", "_owner")
+
+    def __init__(self, view: Any) -> None:
+        self._owner = view
+        self.__cuda_array_interface__ = {
+            "shape": (int(view.size),),
+            "typestr": "|u1",
+            "data": (int(view.data.ptr), False),
+            "strides": None,
+            "stream": None,
+            "version": 3,
+        }
+
+
+class PendingReads:
+    """The reads of one plan in flight. The files close once they are done.
+
+    After wait(): `block` holds every value read, request present[j] at
+    block[offsets[j] : offsets[j] + sizes[j]] (requests for missing keys, and those read into
+    their own `into`, are left out)."""
+
+    def __init__(
+        self,
+        views: list[Any],
+        futures: list[Any],
+        files: list[Any],
+        block: Any,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        present: list[int],
+    ) -> None:
+        self._views = views
+        self._futures = futures
+        self._files = files
+        self.block = block
+        self.offsets = offsets
+        self.sizes = sizes
+        self.present = present
+
+    async def wait(self) -> list[Any]:
+        # One hop to a worker thread for the whole plan: awaiting each ferry.Future would take
+        # one hop per request.
+        if self._futures and not all(f.done() for f in self._futures):
+            await asyncio.get_running_loop().run_in_executor(None, self._finish)
+        else:
+            self._finish()
+        return self._views
+
+    def _finish(self) -> None:
+        error: BaseException | None = None
+        for fut in self._futures:  # every request completes before the files close
+            try:
+                fut.result()
+            except BaseException as e:
+                error = error or e
+        for f in self._files:
+            f.close()
+        self._files = []
+        if error is not None:
+            raise error
+
+
+def _length(span: tuple[int, int] | None) -> int:
+    assert span is not None
+    return span[1] - span[0]
+
+
+def _count(name: str, n: int = 1) -> None:
+    from ._zarr_kernels import count
+
+    count(name, n)
+
+
+def _nbytes(data: Any) -> int:
+    return int(data.nbytes) if hasattr(data, "nbytes") else len(data)
+
+
+def _allocate(nbytes: int, on_gpu: bool) -> Any:
+    if on_gpu:
+        import cupy
+
+        return cupy.empty(max(nbytes, 1), dtype=cupy.uint8)
+    return np.empty(max(nbytes, 1), dtype=np.uint8)

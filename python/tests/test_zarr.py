@@ -1,0 +1,433 @@
+"""ferry.zarr against zarr-python itself: arrays written by zarr (v3) are read through ferry's
+store and codec pipeline and compared byte for byte with zarr's own CPU result; arrays written
+through ferry are read back by zarr; corrupt chunks raise ferry.ChunkError naming the key.
+Host-memory paths run everywhere; GPU paths skip with the reason where there is no GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import ferry
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip(
+    "zarr", reason="zarr-python 3 is not installed (scripts/deps.sh installs it)"
+)
+import ferry.zarr as fz  # noqa: E402
+from zarr.codecs import (  # noqa: E402
+    BytesCodec,
+    Crc32cCodec,
+    GzipCodec,
+    TransposeCodec,
+    ZstdCodec,
+)
+from zarr.core.buffer import default_buffer_prototype  # noqa: E402
+
+SHAPE = (37, 23, 5)  # partial edge chunks on every axis
+
+
+def _write(
+    path,
+    dtype,
+    *,
+    endian="little",
+    order=None,
+    compressor=None,
+    crc=False,
+    shards=None,
+    chunks=(8, 6, 5),
+    fill_value=0,
+    missing=False,
+    seed=0,
+):
+    """An array written by zarr itself; returns zarr's own read of it (CPU)."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "b":
+        data = rng.integers(0, 2, SHAPE).astype(bool)
+    elif np.dtype(dtype).kind == "c":
+        data = (rng.standard_normal(SHAPE) + 1j * rng.standard_normal(SHAPE)).astype(dtype)
+    elif np.dtype(dtype).kind == "f":
+        data = rng.standard_normal(SHAPE).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        data = rng.integers(info.min, info.max, SHAPE, endpoint=True, dtype=dtype)
+    compressors = [c for c in (compressor, Crc32cCodec() if crc else None) if c is not None]
+    z = zarr.create_array(
+        store=str(path),
+        shape=SHAPE,
+        chunks=chunks,
+        shards=shards,
+        dtype=dtype,
+        serializer=BytesCodec(endian=endian if np.dtype(dtype).itemsize > 1 else None),
+        filters=[TransposeCodec(order=order)] if order else None,
+        compressors=compressors or None,
+        fill_value=fill_value,
+        overwrite=True,
+    )
+    if missing:  # leave the last chunks (or shards) unwritten: they read as the fill value
+        z[: SHAPE[0] // 2] = data[: SHAPE[0] // 2]
+    else:
+        z[...] = data
+    return zarr.open_array(store=str(path), mode="r")[...]
+
+
+def _read_ferry(path, selection=Ellipsis):
+    with fz.enable():
+        z = zarr.open_array(store=fz.Store(path), mode="r")
+        return z[selection]
+
+
+def _same(a, b):
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+CASES = {
+    "u1": dict(dtype="uint8"),
+    "bool": dict(dtype="bool", fill_value=True),
+    "i2-big": dict(dtype="int16", endian="big"),
+    "u4-zstd": dict(dtype="uint32", compressor=ZstdCodec(level=1)),
+    "f4-big-zstd-crc": dict(dtype="float32", endian="big", compressor=ZstdCodec(level=3), crc=True),
+    "f8-gzip": dict(dtype="float64", compressor=GzipCodec(level=1)),
+    "i8-transpose": dict(dtype="int64", order=(2, 0, 1)),
+    "c8-big-transpose-gzip-crc": dict(
+        dtype="complex64", endian="big", order=(1, 2, 0), compressor=GzipCodec(level=1), crc=True
+    ),
+    "f2-missing-fill": dict(dtype="float16", missing=True, fill_value=-1.5),
+    "f4-crc": dict(dtype="float32", crc=True, fill_value=7),
+    "sharded-u2": dict(dtype="uint16", chunks=(4, 3, 5), shards=(8, 6, 5)),
+    "sharded-f4-big-zstd-crc": dict(
+        dtype="float32",
+        endian="big",
+        chunks=(4, 3, 5),
+        shards=(8, 12, 5),
+        compressor=ZstdCodec(level=1),
+        crc=True,
+    ),
+    "sharded-i4-gzip-missing": dict(
+        dtype="int32",
+        chunks=(4, 3, 5),
+        shards=(16, 6, 5),
+        compressor=GzipCodec(level=1),
+        missing=True,
+        fill_value=-9,
+    ),
+    "sharded-f8-transpose": dict(
+        dtype="float64", chunks=(4, 3, 5), shards=(8, 6, 5), order=(2, 1, 0)
+    ),
+}
+SELECTIONS = [
+    Ellipsis,
+    (slice(3, 30), slice(5, 20), slice(1, 4)),
+    (slice(None, None, 3), 4, slice(None)),
+    (36, 22, 4),
+]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_host_reads_match_zarr(tmp_path, case):
+    ref = _write(tmp_path / "a.zarr", **CASES[case])
+    fz.reset_stats()
+    for sel in SELECTIONS:
+        _same(_read_ferry(tmp_path / "a.zarr", sel), ref[sel])
+    s = fz.stats()
+    assert s["plans"] > 0 and s["chunks_cpu"] > 0 and s["chunks_gpu"] == 0
+    if "sharded" in case:
+        assert s["shard_indexes"] > 0
+
+
+def _read_counted(path, selection=Ellipsis):
+    """Reads through ferry; returns the result and the stats of the read alone."""
+    with fz.enable():
+        z = zarr.open_array(store=fz.Store(path), mode="r")
+        fz.reset_stats()
+        return z[selection], fz.stats()
+
+
+def test_one_plan_per_read(tmp_path):
+    ref = _write(tmp_path / "a.zarr", dtype="float32", compressor=ZstdCodec(level=1))
+    got, s = _read_counted(tmp_path / "a.zarr")
+    _same(got, ref)
+    chunks = 5 * 4 * 1
+    assert s["plans"] == 1 and s["requests"] == chunks and s["chunks_cpu"] == chunks
+
+
+def test_sharded_inner_chunks_in_one_plan(tmp_path):
+    ref = _write(tmp_path / "a.zarr", dtype="int16", chunks=(2, 3, 5), shards=(8, 12, 5))
+    got, s = _read_counted(tmp_path / "a.zarr")
+    _same(got, ref)
+    shards = 5 * 2
+    # one plan for the shard indexes, one for every inner chunk of every shard
+    assert s["plans"] == 2 and s["shard_indexes"] == shards
+    # a slice reads only the inner chunks it touches
+    got, s = _read_counted(tmp_path / "a.zarr", (slice(0, 2), slice(0, 3)))
+    _same(got, ref[0:2, 0:3])
+    assert s["plans"] == 2 and s["requests"] == 1 + 1
+
+
+def test_write_through_ferry_read_by_zarr(tmp_path):
+    data = np.arange(np.prod(SHAPE), dtype=">i4").reshape(SHAPE)
+    for shards in (None, (8, 12, 5)):
+        path = tmp_path / ("w%s.zarr" % bool(shards))
+        with fz.enable():
+            z = zarr.create_array(
+                store=fz.Store(path),
+                shape=SHAPE,
+                chunks=(4, 6, 5),
+                shards=shards,
+                dtype="int32",
+                serializer=BytesCodec(endian="big"),
+                compressors=[ZstdCodec(level=1), Crc32cCodec()],
+                fill_value=0,
+            )
+            z[...] = data
+            z[1:3, 2:4] = -1
+        expect = data.astype("i4")
+        expect[1:3, 2:4] = -1
+        _same(zarr.open_array(store=str(path), mode="r")[...], expect)
+        _same(_read_ferry(path), expect)
+
+
+def test_store_byte_ranges(tmp_path):
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+    from zarr.core.sync import sync
+
+    store = fz.Store(tmp_path / "s")
+    proto = default_buffer_prototype()
+    payload = bytes(range(256)) * 3
+    sync(store.set("a/b/c", proto.buffer.from_bytes(payload)))
+    assert sync(store.exists("a/b/c")) and not sync(store.exists("a/b/x"))
+    assert sync(store.get("a/b/c", proto)).to_bytes() == payload
+    assert sync(store.get("a/b/c", proto, RangeByteRequest(10, 20))).to_bytes() == payload[10:20]
+    assert sync(store.get("a/b/c", proto, OffsetByteRequest(700))).to_bytes() == payload[700:]
+    assert sync(store.get("a/b/c", proto, SuffixByteRequest(5))).to_bytes() == payload[-5:]
+    assert sync(store.get("missing", proto)) is None
+    got = sync(
+        store.get_partial_values(
+            proto,
+            [("a/b/c", SuffixByteRequest(3)), ("nope", None), ("a/b/c", RangeByteRequest(0, 2))],
+        )
+    )
+    assert got[0].to_bytes() == payload[-3:] and got[1] is None and got[2].to_bytes() == payload[:2]
+    assert sync(store.getsize("a/b/c")) == len(payload)
+
+    async def collect(it):
+        return [x async for x in it]
+
+    sync(store.set("a/d", proto.buffer.from_bytes(b"x")))
+    assert sync(collect(store.list())) == ["a/b/c", "a/d"]
+    assert sorted(sync(collect(store.list_dir("a")))) == ["b", "d"]
+    assert sync(collect(store.list_prefix("a/b"))) == ["a/b/c"]
+    sync(store.delete("a/d"))
+    assert sync(collect(store.list())) == ["a/b/c"]
+    with pytest.raises(ferry.UsageError):
+        store.path_of("../etc/passwd")
+    ro = store.with_read_only(True)
+    with pytest.raises(ValueError):
+        sync(ro.set("z", proto.buffer.from_bytes(b"1")))
+
+
+def _chunk_file(path, key):
+    return path.joinpath(*key.split("/"))
+
+
+def test_bad_checksum_names_the_chunk(tmp_path):
+    _write(tmp_path / "a.zarr", dtype="float32", crc=True)
+    key = "c/1/2/0"
+    p = _chunk_file(tmp_path / "a.zarr", key)
+    raw = bytearray(p.read_bytes())
+    raw[5] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ferry.ChunkError) as e:
+        _read_ferry(tmp_path / "a.zarr")
+    assert e.value.key == key and e.value.field == "crc32c" and key in str(e.value)
+    assert isinstance(e.value, ferry.FormatError)
+
+
+@pytest.mark.parametrize(
+    "compressor", [ZstdCodec(level=1), GzipCodec(level=1)], ids=["zstd", "gzip"]
+)
+def test_truncated_chunk_names_the_chunk(tmp_path, compressor):
+    _write(tmp_path / "a.zarr", dtype="int32", compressor=compressor)
+    key = "c/2/0/0"
+    p = _chunk_file(tmp_path / "a.zarr", key)
+    raw = p.read_bytes()
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ferry.ChunkError) as e:
+        _read_ferry(tmp_path / "a.zarr")
+    assert e.value.key == key and key in str(e.value)
+
+
+def test_corrupt_inner_chunk_names_shard(tmp_path):
+    _write(tmp_path / "a.zarr", dtype="float32", chunks=(4, 3, 5), shards=(8, 6, 5), crc=True)
+    key = "c/0/0/0"
+    p = _chunk_file(tmp_path / "a.zarr", key)
+    raw = bytearray(p.read_bytes())
+    raw[3] ^= 0x01  # inside the first inner chunk
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ferry.ChunkError) as e:
+        _read_ferry(tmp_path / "a.zarr")
+    assert e.value.key.startswith(key + "[inner chunk") and e.value.field == "crc32c"
+
+
+def test_crc32c_segmented_arithmetic():
+    import google_crc32c
+    from ferry import _zarr_kernels as K
+
+    rng = np.random.default_rng(1)
+    chunks = [
+        rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        for n in (0, 1, 4095, 4096, 4097, 3 * 4096 + 17)
+    ]
+    assert K.crc32c_segmented_host(chunks) == [google_crc32c.value(c) for c in chunks]
+
+
+def test_import_ferry_does_not_import_zarr():
+    code = "import sys, ferry; assert 'zarr' not in sys.modules and 'ferry.zarr' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+
+
+# -- GPU ------------------------------------------------------------------------------------
+
+
+def _read_ferry_gpu(path, selection=Ellipsis):
+    with fz.enable(), zarr.config.enable_gpu():
+        z = zarr.open_array(store=fz.Store(path), mode="r")
+        return z[selection]
+
+
+@pytest.fixture
+def nvcomp(cupy):
+    reason = fz.nvcomp_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_reads_match_zarr(tmp_path, cupy, nvcomp, case):
+    ref = _write(tmp_path / "a.zarr", **CASES[case])
+    fz.reset_stats()
+    for sel in SELECTIONS:
+        got = _read_ferry_gpu(tmp_path / "a.zarr", sel)
+        assert isinstance(got, cupy.ndarray)
+        want = ref[sel]
+        if want.dtype.byteorder == ">":
+            want = want.astype(want.dtype.newbyteorder("="))
+        _same(cupy.asnumpy(got), np.asarray(want))
+    s = fz.stats()
+    assert s["chunks_gpu"] > 0 and s["chunks_cpu"] == 0 and s["cpu_fallbacks"] == {}
+
+
+def test_gpu_crc32c_kernel(cupy):
+    import google_crc32c
+    from ferry import _zarr_kernels as K
+
+    rng = np.random.default_rng(2)
+    host = [
+        rng.integers(0, 256, n, dtype=np.uint8)
+        for n in (0, 1, 4095, 4096, 4097, 1 << 20, (5 << 20) + 3)
+    ]
+    got = K.crc32c([cupy.asarray(h) for h in host], True).get()
+    assert [int(x) for x in got] == [google_crc32c.value(h.tobytes()) for h in host]
+
+
+def test_gpu_corrupt_chunks(tmp_path, cupy, nvcomp):
+    _write(tmp_path / "a.zarr", dtype="float32", compressor=ZstdCodec(level=1), crc=True)
+    key = "c/1/1/0"
+    p = _chunk_file(tmp_path / "a.zarr", key)
+    raw = bytearray(p.read_bytes())
+    raw[2] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ferry.ChunkError) as e:
+        _read_ferry_gpu(tmp_path / "a.zarr")
+    assert e.value.key == key and e.value.field == "crc32c"
+    _write(tmp_path / "b.zarr", dtype="float32", compressor=ZstdCodec(level=1))
+    p = _chunk_file(tmp_path / "b.zarr", key)
+    raw = p.read_bytes()
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ferry.ChunkError) as e, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _read_ferry_gpu(tmp_path / "b.zarr")
+    assert e.value.key == key
+
+
+def test_gpu_write_read_by_zarr(tmp_path, cupy, nvcomp):
+    data = cupy.arange(np.prod(SHAPE), dtype=cupy.float32).reshape(SHAPE)
+    path = tmp_path / "g.zarr"
+    fz.reset_stats()
+    with fz.enable(), zarr.config.enable_gpu():
+        z = zarr.create_array(
+            store=fz.Store(path),
+            shape=SHAPE,
+            chunks=(8, 6, 5),
+            dtype="float32",
+            serializer=BytesCodec(endian="big"),
+            filters=[TransposeCodec(order=(1, 0, 2))],
+            compressors=[ZstdCodec(level=1), Crc32cCodec()],
+            fill_value=0,
+        )
+        z[...] = data
+    assert fz.stats()["encoded_gpu"] + fz.stats()["encoded_cpu"] > 0
+    _same(zarr.open_array(store=str(path), mode="r")[...].astype("f4"), cupy.asnumpy(data))
+
+
+def test_gpu_store_buffers_are_on_the_device(tmp_path, cupy):
+    from zarr.core.buffer import gpu
+    from zarr.core.sync import sync
+
+    store = fz.Store(tmp_path / "s")
+    sync(store.set("k", default_buffer_prototype().buffer.from_bytes(b"0123456789")))
+    buf = sync(store.get("k", gpu.buffer_prototype))
+    assert isinstance(buf.as_array_like(), cupy.ndarray)
+    assert buf.to_bytes() == b"0123456789"
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_uncompressed_rows_read_in_place(tmp_path, endian):
+    # chunks that span whole rows are read straight into the result where the byte order
+    # allows; edge and missing chunks still come out right
+    data = np.arange(50 * 7, dtype="int32").reshape(50, 7)
+    z = zarr.create_array(
+        store=str(tmp_path / "r.zarr"),
+        shape=data.shape,
+        chunks=(8, 7),
+        dtype="int32",
+        serializer=BytesCodec(endian=endian),
+        compressors=None,
+        fill_value=-1,
+    )
+    z[:30] = data[:30]
+    ref = zarr.open_array(store=str(tmp_path / "r.zarr"), mode="r")[...]
+    for sel in (Ellipsis, (slice(8, 40),), (slice(3, 45), slice(1, 5))):
+        got, s = _read_counted(tmp_path / "r.zarr", sel)
+        _same(got, ref[sel])
+        assert s["plans"] == 1
+
+
+def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
+    from ferry import _zarr_kernels as K
+
+    ref = _write(tmp_path / "a.zarr", dtype="float32", compressor=ZstdCodec(level=1))
+    monkeypatch.setattr(K, "_nvcomp", None)
+    monkeypatch.setattr(K, "_nvcomp_error", "nvCOMP is unavailable (forced by the test)")
+    monkeypatch.setattr(K, "_warned", set())
+    fz.reset_stats()
+    with pytest.warns(RuntimeWarning, match="forced by the test"):
+        got = _read_ferry_gpu(tmp_path / "a.zarr")
+    _same(cupy.asnumpy(got), ref)
+    s = fz.stats()
+    assert s["cpu_fallbacks"] == {"nvCOMP is unavailable (forced by the test)": 20}
+
+
+def test_read_only_store_needs_its_root(tmp_path):
+    from zarr.core.sync import sync
+
+    store = fz.Store(tmp_path / "nowhere", read_only=True)
+    with pytest.raises(FileNotFoundError) as e:
+        sync(store._open())
+    assert isinstance(e.value, ferry.FileError) and "nowhere" in str(e.value)
