@@ -64,7 +64,11 @@ json probe_cufile(const std::string& library) {
 
     json driver;
     driver["open"] = s.driver_open;
-    if (s.loaded) {
+    if (s.loaded && !s.driver_skipped.empty()) {
+        driver["status"] = nullptr;
+        driver["message"] = "not opened: " + s.driver_skipped;
+        driver["cuda_error"] = nullptr;
+    } else if (s.loaded) {
         driver["status"] = s.driver_open_status;
         driver["message"] = shim::cufile_status_string(s.driver_open_status);
         driver["cuda_error"] = s.driver_open_cuda != 0 ? json(s.driver_open_cuda) : json(nullptr);

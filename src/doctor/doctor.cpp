@@ -101,13 +101,18 @@ json gds_section(const json& r, const settings& s) {
         reasons.push_back("cuFile is not available: " + text_of(cf, "error", "not loaded"));
         actions.push_back("install cuFile (libcufile.so.0 from the CUDA toolkit, or the nvidia-cufile "
                           "Python wheel) where the loader finds it, or set FERRY_CUFILE_LIBRARY to its path");
+    } else if (!open && !field(driver, "status").is_number()) {
+        reasons.push_back("cuFile's driver: " + text_of(driver, "message", "not opened"));
+        if (cuda_ok)
+            actions.push_back("see why cuFileDriverOpen does not return (cuFile's log: $CUFILE_LOGFILE_PATH)");
     } else if (!open) {
         std::string st = field(driver, "status").is_number()
                              ? std::to_string(field(driver, "status").get<int>())
                              : "?";
         reasons.push_back("cuFileDriverOpen failed with error " + st + " (" + text_of(driver, "message") + ")");
-        actions.push_back("read cuFile's log (cufile.log, in the directory that logging.dir in cufile.json "
-                          "names, else the working directory) for why its driver does not open");
+        actions.push_back("read cuFile's log ($CUFILE_LOGFILE_PATH, else cufile.log in the directory that "
+                          "logging.dir in cufile.json names, else $TMPDIR/cufile-<uid>.log) for why its "
+                          "driver does not open");
     }
 
     const json& nvfs = field(kernel, "nvidia_fs");
