@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "escape_text.hpp"
 #include "shim/cufile.hpp"
 
 extern char** environ;
@@ -141,7 +142,7 @@ json read_cufile_config(const std::string& path, const std::string& source) {
     try {
         doc = nlohmann::json::parse(*text, nullptr, true, /*ignore_comments=*/true);
     } catch (const nlohmann::json::exception& e) {
-        j["error"] = std::string("does not parse: ") + e.what();
+        j["error"] = "does not parse: " + detail::escape_text(e.what());
         return j;
     }
     if (!doc.is_object()) {

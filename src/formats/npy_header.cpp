@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "escape_text.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::formats {
@@ -29,7 +30,7 @@ public:
         while (!peek('}')) {
             std::string key = parse_string("header");
             skip_ws();
-            expect(':', "header", "expected ':' after key '" + key + "'");
+            expect(':', "header", "expected ':' after key '" + printable(key) + "'");
             skip_ws();
             if (key == "descr") {
                 if (have_descr) fail("descr", "duplicate key");
@@ -52,7 +53,7 @@ public:
                 ++pos_;
                 skip_ws();
             } else if (!peek('}')) {
-                fail("header", "expected ',' or '}' after the value of '" + key + "'");
+                fail("header", "expected ',' or '}' after the value of '" + printable(key) + "'");
             }
         }
         ++pos_;
@@ -68,12 +69,7 @@ private:
         throw format_error(file_, field, reason);
     }
 
-    static std::string printable(std::string_view text) {
-        std::string out;
-        for (char c : text.substr(0, 40)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-        if (text.size() > 40) out += "...";
-        return out;
-    }
+    static std::string printable(std::string_view text) { return detail::escape_text(text, 40); }
 
     bool peek(char c) const { return pos_ < s_.size() && s_[pos_] == c; }
 
