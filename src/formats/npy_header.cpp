@@ -240,12 +240,15 @@ npy_info parse_npy_header(std::string_view header, const npy_preamble& pre,
     return info;
 }
 
-std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape) {
-    std::string dict = "{'descr': '" + numpy_descr(type.type, type.order) +
-                       "', 'fortran_order': False, 'shape': " + shape_to_string(shape) + ", }";
-    // numpy leaves room for the first axis to grow to 21 digits without rewriting the file.
+std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape,
+                              storage_order layout) {
+    const bool fortran = layout == storage_order::fortran;
+    std::string dict = "{'descr': '" + numpy_descr(type.type, type.order) + "', 'fortran_order': " +
+                       (fortran ? "True" : "False") + ", 'shape': " + shape_to_string(shape) + ", }";
+    // numpy leaves room for the growth axis (the first in C order, the last in Fortran order)
+    // to grow to 21 digits without rewriting the file.
     if (!shape.empty()) {
-        std::size_t digits = std::to_string(shape[0]).size();
+        std::size_t digits = std::to_string(fortran ? shape.back() : shape[0]).size();
         if (digits < 21) dict.append(21 - digits, ' ');
     }
     std::size_t hlen = dict.size() + 1;  // the closing newline
