@@ -34,7 +34,7 @@ fi
 
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
-python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+python3 -c "import numpy, pytest, nanobind, safetensors, ml_dtypes" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors ml_dtypes
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1
