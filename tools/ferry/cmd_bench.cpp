@@ -21,6 +21,8 @@
 #include <random>
 #include <thread>
 
+#include "bench_baselines.hpp"
+#include "bench_scratch_files.hpp"
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "ferry/array.hpp"
@@ -33,6 +35,14 @@ namespace ferry::cli {
 namespace {
 
 using clock = std::chrono::steady_clock;
+using bench::directory_of;
+using bench::evict;
+using bench::generate;
+using bench::naive;
+using bench::raw_parallel_io;
+using bench::scratch_files;
+using bench::seconds_since;
+using bench::warm;
 
 struct bench_args {
     std::string path;
@@ -63,128 +73,9 @@ struct row {
     std::size_t buffers = 0;
 };
 
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
-}
-
-void evict(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-}
-
-// Runs body() on n threads and joins every one; the first exception a body threw (or starting
-// a thread threw) is rethrown here: an exception escaping a thread would end the process.
-template <class Body>
-void on_threads(std::size_t n, Body body) {
-    std::vector<std::thread> ts;
-    std::mutex m;
-    std::exception_ptr first;
-    auto keep = [&](std::exception_ptr e) {
-        std::lock_guard lock(m);
-        if (!first) first = e;
-    };
-    try {
-        for (std::size_t t = 0; t < n; ++t)
-            ts.emplace_back([&] {
-                try {
-                    body();
-                } catch (...) {
-                    keep(std::current_exception());
-                }
-            });
-    } catch (...) {
-        keep(std::current_exception());
-    }
-    for (auto& t : ts) t.join();
-    if (first) std::rethrow_exception(first);
-}
-
-// Reads the whole file once so that a hot measurement starts from the page cache.
-void warm(const std::string& path, std::uint64_t size, std::size_t threads) {
-    std::atomic<std::uint64_t> next{0};
-    on_threads(threads, [&] {
-        int fd = ::open(path.c_str(), O_RDONLY);
-        if (fd < 0) return;
-        std::vector<char> buf(4 << 20);
-        for (;;) {
-            std::uint64_t off = next.fetch_add(buf.size());
-            if (off >= size) break;
-            if (::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off)) < 0) break;
-        }
-        ::close(fd);
-    });
-}
-
-// The storage / page-cache ceiling: plain parallel pread of 4 MiB chunks into host memory.
-double raw_parallel_io(const std::string& path, char* mem, std::uint64_t size, std::size_t threads, bool is_write) {
-    int fd = ::open(path.c_str(), is_write ? (O_WRONLY | O_CREAT) : O_RDONLY, 0644);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    std::atomic<std::uint64_t> next{0};
-    std::atomic<int> failed{0};
-    const std::uint64_t chunk = 4 << 20;
-    auto t0 = clock::now();
-    on_threads(threads, [&] {
-            for (;;) {
-                std::uint64_t off = next.fetch_add(chunk);
-                if (off >= size) break;
-                std::size_t len = static_cast<std::size_t>(std::min(chunk, size - off));
-                std::size_t done = 0;
-                while (done < len) {
-                    ssize_t r = is_write ? ::pwrite(fd, mem + off + done, len - done, static_cast<off_t>(off + done))
-                                         : ::pread(fd, mem + off + done, len - done, static_cast<off_t>(off + done));
-                    if (r <= 0) {
-                        if (r < 0 && errno == EINTR) continue;
-                        failed = errno ? errno : EIO;
-                        return;
-                    }
-                    done += static_cast<std::size_t>(r);
-                }
-            }
-        });
-    double s = seconds_since(t0);
-    ::close(fd);
-    if (failed) throw system_error(failed, is_write ? "pwrite failed" : "pread failed", {path});
-    return s;
-}
-
-// What cupy.fromfile does: one thread reads into pageable memory, then one copy to the GPU.
-double naive(const std::string& path, void* device_mem, std::uint64_t size) {
-    auto t0 = clock::now();
-    std::unique_ptr<char[]> host(new char[size]);  // uninitialised, as numpy allocates
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    std::uint64_t done = 0;
-    while (done < size) {
-        ssize_t r = ::read(fd, host.get() + done, std::min<std::uint64_t>(size - done, 1u << 30));
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            ::close(fd);
-            throw system_error(r < 0 ? errno : EIO, "read failed", {path});
-        }
-        done += static_cast<std::uint64_t>(r);
-    }
-    ::close(fd);
-    if (device_mem) copy_memory(device_mem, host.get(), size);
-    return seconds_since(t0);
-}
-
-void generate(const std::string& path, std::uint64_t size) {
-    std::vector<std::uint64_t> block((64u << 20) / 8);
-    std::mt19937_64 rng(42);
-    for (auto& v : block) v = rng();
-    ferry::file f(path, open_mode::write);
-    for (std::uint64_t off = 0; off < size; off += block.size() * 8) {
-        std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block.size() * 8, size - off));
-        block[0] = off;  // no two blocks alike
-        f.write(block.data(), len, off);
-    }
-    f.close();
 }
 
 struct progress {
@@ -199,67 +90,6 @@ struct progress {
         if (done >= total) std::fprintf(stderr, "\n");
     }
 };
-
-// Files the bench makes (the generated input, the write target) get fresh names, never a
-// user's file, and are removed however the run ends: return, exception, or SIGINT, SIGTERM,
-// SIGHUP (the handler removes them and dies of the signal as it would have).
-class scratch_files {
-public:
-    scratch_files() = default;
-    scratch_files(const scratch_files&) = delete;
-    scratch_files& operator=(const scratch_files&) = delete;
-    ~scratch_files() {
-        for (int i = 0; i < max_files; ++i)
-            if (names[i][0]) ::unlink(names[i]);
-        for (int i = 0; i < max_files; ++i) names[i][0] = '\0';
-    }
-
-    /// Creates `<dir>/ferry-bench-XXXXXX.bin` (O_EXCL); its name is removed at the end.
-    std::string create(const std::string& dir) {
-        install_handlers();
-        std::string name = dir + "/ferry-bench-XXXXXX.bin";
-        if (name.size() >= sizeof names[0]) throw usage_error("directory name too long: " + dir);
-        for (int i = 0; i < max_files; ++i) {
-            if (names[i][0]) continue;
-            std::vector<char> t(name.begin(), name.end());
-            t.push_back('\0');
-            int fd = ::mkstemps(t.data(), 4);
-            if (fd < 0) throw system_error(errno, "create a scratch file", {name});
-            ::close(fd);
-            std::memcpy(names[i], t.data(), t.size());
-            return t.data();
-        }
-        throw usage_error("too many scratch files");
-    }
-
-private:
-    static constexpr int max_files = 4;
-    static inline char names[max_files][4096] = {};
-
-    static void on_signal(int sig) {
-        for (int i = 0; i < max_files; ++i)
-            if (names[i][0]) ::unlink(names[i]);
-        ::signal(sig, SIG_DFL);
-        ::raise(sig);
-    }
-    static void install_handlers() {
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-            struct sigaction old{};
-            if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-                struct sigaction sa{};
-                sa.sa_handler = on_signal;
-                ::sigemptyset(&sa.sa_mask);
-                ::sigaction(sig, &sa, nullptr);
-            }
-        }
-    }
-};
-
-std::string directory_of(const std::string& path) {
-    auto slash = path.find_last_of('/');
-    if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 struct path_config {
     std::string name;
