@@ -140,7 +140,7 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
     order, ``dtype`` conversion, Fortran to C order with ``c_order=True``); a safetensors file
     is read with one parallel read into one allocation shared by its tensors. ``names``
     loads only those tensors. ``dtype`` converts floating-point arrays (float16, bfloat16,
-    float64 <-> float32). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
+    float64 <-> float32; other floating conversions raise UsageError before anything is read). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
     (``format="raw"`` or an unknown content) needs ``dtype`` and is read like fromfile.
 
     >>> import numpy as np, ferry

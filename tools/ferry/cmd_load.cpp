@@ -112,9 +112,9 @@ void add_load_command(CLI::App& app) {
     c->add_option("file", a->path, "The file (.npy, safetensors or raw)")->required();
     c->add_option("--device", a->device, "cuda:N, cuda or host (default: cuda:0 when there is a GPU)");
     c->add_option("--tensor", a->tensors, "safetensors: load only these tensors (repeatable)");
-    c->add_option("--as", a->as, "convert floating-point arrays to this dtype (float32, float16, bfloat16, float64)");
+    c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--format", a->format, "npy, safetensors or raw (default: from the content)");
-    c->add_option("--dtype", a->dtype, "raw files: element type, e.g. float32 or >f4 (default uint8)");
+    c->add_option("--dtype", a->dtype, "raw files only: element type, e.g. float32 or >f4 (default uint8)");
     c->add_option("--shape", a->shape, "raw files: the array's shape")->delimiter(',');
     c->add_option("--offset", a->offset, "raw files: bytes to skip")->check(CLI::NonNegativeNumber);
     c->add_option("--count", a->count, "raw files: items to read (-1: the rest)");
