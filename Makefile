@@ -26,7 +26,9 @@ test-python: build
 	@scripts/test-python.sh $(BUILD)
 
 # The main job on built-in sample data: on the GPU when there is one, else in host memory.
-demo: build
+# Builds only what the demo runs (the library and the CLI), not the tests or the Python module.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target ferry_cli
 	@scripts/demo.sh $(BUILD)
 
 # The performance harness on a generated file (SIZE=8G for the figures in docs/benchmarks.md).

@@ -83,7 +83,7 @@ def main():
         ("raw file (same bytes)", r_raw, j_raw["io"]),
         (f"safetensors, {n} tensors", r_st, j_st["io"]),
         ("npy little-endian", r_le, j_le["io"]),
-        ("npy big-endian (swap on GPU)", r_be, j_be["io"]),
+        ("npy big-endian (swap on %s)" % ("CPU" if j_be["device"] == "host" else "GPU"), r_be, j_be["io"]),
     ]
     print(f"formats bench: {gib} GiB each, device {j_raw['device']}, median of 5 `ferry load --json`")
     print(f"{'file':34s} {'GB/s':>8s}  bytes by path")
@@ -91,11 +91,17 @@ def main():
         paths = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in io.items() if k != "fallbacks" and v >= 2**20)
         print(f"{name:34s} {rate:8.2f}  {paths}")
     ratio_st, ratio_be = r_st / r_raw, r_be / r_le
-    print(f"safetensors / raw: {ratio_st:.3f} (bar 0.85)   big-endian / native npy: {ratio_be:.3f} (bar 0.90)")
+    def verdict(ratio, bar):
+        return f"{ratio:.3f} (bar {bar:.2f}: {'met' if ratio >= bar else 'MISSED'})"
+    print(f"safetensors / raw: {verdict(ratio_st, 0.85)}   big-endian / native npy: {verdict(ratio_be, 0.90)}")
+    if j_be["device"] == "host":
+        print("note: the bars are set for GPU memory; in host memory the byte swap is a CPU pass over the data")
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as fh:
             json.dump({"gib": gib, "rows": [{"name": a, "gbps": b, "io": c} for a, b, c in rows],
-                       "safetensors_vs_raw": ratio_st, "bigendian_vs_native": ratio_be}, fh, indent=2)
+                       "safetensors_vs_raw": ratio_st, "bigendian_vs_native": ratio_be,
+                       "bars_met": {"safetensors_vs_raw": ratio_st >= 0.85,
+                                    "bigendian_vs_native": ratio_be >= 0.90}}, fh, indent=2)
     for p in (st, raw, le, be):
         os.unlink(p)
 

@@ -34,7 +34,7 @@ fi
 
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
-python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+python3 -c "import numpy, pytest, nanobind, safetensors, ml_dtypes" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors ml_dtypes
 # zarr-python 3 (with numcodecs, google-crc32c and donfig) writes the arrays that ferry.zarr's
 # tests read; ferry itself never needs it. Without network and without carried wheels the
 # install fails: then those tests skip, saying so, and nothing else is held up.

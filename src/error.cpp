@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "escape_text.hpp"
+
 namespace ferry {
 namespace {
 
@@ -18,7 +20,7 @@ std::string describe(const io_context& w) {
 }  // namespace
 
 settings_error::settings_error(std::string variable, std::string value, std::string reason)
-    : usage_error(variable + "=\"" + value + "\": " + reason), variable_(std::move(variable)) {}
+    : usage_error(variable + "=\"" + detail::escape_text(value, 200) + "\": " + reason), variable_(std::move(variable)) {}
 
 system_error::system_error(int code, std::string what_failed, io_context where)
     : error(what_failed + ": " + std::strerror(code) + describe(where)),
@@ -42,10 +44,12 @@ cufile_error::cufile_error(int code, std::string what_failed, io_context where)
       code_(code),
       where_(std::move(where)) {}
 
+// Fields and reasons quote the file's own bytes (keys, dtype strings, the JSON parser's
+// excerpt), and paths are whatever bytes name the file: escaped, the message stays printable UTF-8.
 format_error::format_error(std::string file, std::string field, std::string reason)
-    : error(file + ": " + field + ": " + reason),
+    : error(detail::escape_text(file) + ": " + detail::escape_text(field) + ": " + detail::escape_text(reason)),
       file_(std::move(file)),
-      field_(std::move(field)),
-      reason_(std::move(reason)) {}
+      field_(detail::escape_text(field)),
+      reason_(detail::escape_text(reason)) {}
 
 }  // namespace ferry

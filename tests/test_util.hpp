@@ -5,12 +5,25 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "ferry/dtype.hpp"
 #include "ferry/memory.hpp"
+
+namespace ferry {
+
+// gtest prints dtypes by name (test listings, failed EXPECT_EQs), not as raw bytes. Every test
+// file that prints a dtype includes this header: one printer for the whole binary.
+inline void PrintTo(dtype t, std::ostream* os) { *os << to_string(t); }
+
+}  // namespace ferry
 
 namespace ferry::test {
 
@@ -34,6 +47,44 @@ public:
 
 private:
     std::string path_;
+};
+
+/// Threads whose exceptions reach the test: an exception escaping a thread body would
+/// terminate the whole test binary. join() joins every thread and rethrows the first exception
+/// a body threw; the destructor joins without rethrowing (a failing test unwinding).
+class thread_group {
+public:
+    thread_group() = default;
+    thread_group(const thread_group&) = delete;
+    thread_group& operator=(const thread_group&) = delete;
+    ~thread_group() {
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+    }
+
+    template <class Body>
+    void run(Body body) {
+        threads_.emplace_back([this, body = std::move(body)]() mutable {
+            try {
+                body();
+            } catch (...) {
+                std::lock_guard lock(mutex_);
+                if (!error_) error_ = std::current_exception();
+            }
+        });
+    }
+
+    void join() {
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+        threads_.clear();
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+private:
+    std::vector<std::thread> threads_;
+    std::mutex mutex_;
+    std::exception_ptr error_;
 };
 
 /// Deterministic bytes: byte i of a pattern with `seed`.

@@ -36,7 +36,7 @@ struct any_load_options {
     load_options load;                       ///< placement, dtype conversion, layout, stream
     std::optional<file_format> format;       ///< forces a format instead of detect_format
     std::vector<std::string> tensors;        ///< safetensors: this subset (all when empty)
-    /// raw: the dtype and byte order (required for raw files, ignored for the others)
+    /// raw: the dtype and byte order (required for raw files, refused for the others)
     std::optional<typed_order> raw_type;
     std::int64_t count = -1;                 ///< raw: items, -1 = the rest of the file
     std::uint64_t offset = 0;                ///< raw: bytes to skip
@@ -54,7 +54,7 @@ struct loaded_file {
 
 /// Loads every array of `path` (see load_npy, load_safetensors, fromfile for the semantics).
 /// Throws usage_error for options that do not apply to the file's format (tensors for a .npy
-/// file; count, offset or shape for a non-raw file; a raw file without raw_type), and whatever
+/// file; raw_type, count, offset or shape for a non-raw file; a raw file without raw_type), and whatever
 /// the format's loader throws.
 loaded_file load_any(const std::string& path, const any_load_options& options = {});
 
@@ -81,6 +81,11 @@ struct file_description {
 /// Describes `path`, validating its header. Throws format_error for invalid content.
 file_description describe_file(const std::string& path,
                                std::optional<file_format> format = std::nullopt);
+
+/// `d` as one JSON object, the shape `ferry info --json` prints and `ferry.info()` returns
+/// (docs/formats.md): file, format, version, file_size, header_size, arrays (name, dtype,
+/// byte_order, order, shape, begin, end) and metadata. Text that is not UTF-8 is replaced.
+std::string to_json(const file_description& d, const std::string& path);
 
 /// Saves `arrays` as `format`, atomically. npy and raw take exactly one array; safetensors any
 /// number plus `metadata`. Throws usage_error when the arrays do not fit the format.

@@ -1,6 +1,6 @@
 // numpy's .npy format: load (versions 1.0, 2.0, 3.0; C or Fortran order; any byte order) into
-// host or GPU memory, and save (C order, the oldest version that fits, data 64-byte aligned,
-// the header byte-for-byte as numpy writes it).
+// host or GPU memory, and save (in the array's order, the oldest version that fits, data 64-byte
+// aligned, the header byte-for-byte as numpy.save writes it).
 #pragma once
 
 #include <cstdint>
@@ -35,10 +35,12 @@ npy_info read_npy_info(const std::string& path);
 
 /// Loads a .npy file: one read of the payload straight into the destination memory, then
 /// deserialization there (byte order, dtype, layout per `options`). The array owns its memory.
-array load_npy(const std::string& path, const load_options& options = {});
+/// `header`, when given, receives what the header says (read once).
+array load_npy(const std::string& path, const load_options& options = {}, npy_info* header = nullptr);
 
-/// Saves `a` as .npy, atomically (a temporary file renamed over `path`). Fortran-order arrays
-/// are written in C order; the byte order is kept (a big-endian array is saved as '>...').
+/// Saves `a` as .npy, atomically (a temporary file renamed over `path`), byte for byte as
+/// numpy.save writes it: a Fortran-order array keeps its order ('fortran_order': True) and the
+/// byte order is kept (a big-endian array is saved as '>...').
 /// Throws usage_error for dtypes numpy has no type string for (bfloat16, float8_*).
 void save_npy(const std::string& path, const array& a);
 

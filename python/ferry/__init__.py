@@ -16,8 +16,6 @@ host memory -> numpy.ndarray; GPU memory -> like's library when like= is given, 
 when importable, else ferry.Array (DLPack-exportable).
 """
 
-from __future__ import annotations
-
 from . import _ferry
 from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (

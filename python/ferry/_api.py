@@ -140,7 +140,7 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
     order, ``dtype`` conversion, Fortran to C order with ``c_order=True``); a safetensors file
     is read with one parallel read into one allocation shared by its tensors. ``names``
     loads only those tensors. ``dtype`` converts floating-point arrays (float16, bfloat16,
-    float64 <-> float32). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
+    float64 <-> float32; other floating conversions raise UsageError before anything is read). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
     (``format="raw"`` or an unknown content) needs ``dtype`` and is read like fromfile.
 
     >>> import numpy as np, ferry
@@ -195,14 +195,27 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
         if metadata:
             raise UsageError("only safetensors files hold metadata")
         arrays = [("", as_ferry(array_or_dict))]
-    _ferry.save(p, fmt, arrays, {str(k): str(v) for k, v in (metadata or {}).items()})
+    meta = {}
+    for k, v in (metadata or {}).items():
+        # safetensors metadata is text. Numbers have one obvious text; anything else would be
+        # stored as its repr ('<object object at 0x...>'): refused.
+        if not isinstance(k, str) or not isinstance(v, (str, int, float)):
+            raise UsageError("%s: metadata maps str to str (numbers are written as text); %r: %r "
+                             "is %s to %s" % (p, k, v, type(k).__name__, type(v).__name__))
+        meta[k] = str(v)
+    _ferry.save(p, fmt, arrays, meta)
 
 
 def info(path: Any, format: str | None = None) -> dict:
-    """What a .npy or safetensors file holds, from its header alone: ``format``,
-    ``version``, ``file_size``, ``header_size``, ``arrays`` (name, dtype, byteorder, order,
-    shape, byte range) and ``metadata``."""
-    return _ferry.describe(os.fsdecode(path), format)
+    """What a .npy or safetensors file holds, from its header alone, in the shape ``ferry
+    info --json`` prints (docs/formats.md): ``file``, ``format``, ``version``, ``file_size``,
+    ``header_size``, ``arrays`` (``name``, ``dtype``, ``byte_order``: "little", "big" or None
+    for one-byte types, ``order``: "C" or "F", ``shape`` as a tuple, ``begin``, ``end``) and
+    ``metadata``."""
+    d = _ferry.describe(os.fsdecode(path), format)
+    for a in d["arrays"]:
+        a["shape"] = tuple(a["shape"])
+    return d
 
 
 def doctor(paths: Any = None) -> dict:

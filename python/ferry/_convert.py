@@ -72,10 +72,12 @@ def dtype_text(dtype: Any) -> tuple[str, int]:
         dt = np.dtype(dtype)
     except TypeError as e:
         raise TypeError("ferry cannot use dtype %r" % (dtype,)) from e
-    if dt.kind in "biufc" and dt.fields is None and dt.subdtype is None:
-        return dt.str, dt.itemsize
+    # ml_dtypes gives float8_e5m2 the kind 'f' (and the type string '<f1', which means
+    # nothing to numpy or ferry): its name decides before its kind.
     if dt.name in _EXTENDED:
         return dt.name, dt.itemsize
+    if dt.kind in "biufc" and dt.fields is None and dt.subdtype is None:
+        return dt.str, dt.itemsize
     raise TypeError("ferry moves numbers and booleans only; dtype %s is not supported" % dt)
 
 

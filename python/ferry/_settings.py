@@ -15,10 +15,16 @@ modes; sizes may also be given as text ("8M", "1GiB"). 0 means "derive from this
 
 The settings are global to the process (not per thread): a change affects files opened
 afterwards, in every thread. The environment is read once, when ferry is first used.
+
+A FERRY_* variable that does not parse makes every call that reads files raise SettingsError
+(naming the variable) until code sets that setting: ``ferry.settings.threads = 8`` fixes a bad
+``FERRY_THREADS``. Meanwhile the settings can be read (the bad one shows its default) and
+``repr(ferry.settings)`` says what is wrong.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from . import _ferry
@@ -82,7 +88,8 @@ class Settings:
 
     def __repr__(self) -> str:
         items = ", ".join("%s=%r" % kv for kv in _ferry.get_settings().items())
-        return "ferry.settings(%s)" % items
+        errors = "".join("; not used: %s" % e for e in _ferry.settings_errors())
+        return "ferry.settings(%s%s)" % (items, errors)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -101,7 +108,10 @@ class Settings:
         return _ferry.resolved_settings()
 
     def reset(self) -> None:
-        """Back to what the FERRY_* environment variables say (over the defaults)."""
+        """Back to what the FERRY_* environment variables say (over the defaults); a variable
+        that does not parse gives its default, with a warning that names it."""
+        for error in _ferry.settings_errors(True):
+            warnings.warn("ferry.settings.reset: %s; using the default" % error, stacklevel=2)
         env = _ferry.environment_settings()
         _ferry.set_settings({k: _text(v) for k, v in env.items()}, from_defaults=True)
 

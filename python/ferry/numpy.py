@@ -64,9 +64,10 @@ def load(file: Any, mmap_mode: Any = None, allow_pickle: bool = False, fix_impor
                     encoding=encoding, max_header_size=max_header_size)
 
 
-def save(file: Any, arr: Any, allow_pickle: bool = True, fix_imports: bool = True) -> None:
+def save(file: Any, arr: Any, allow_pickle: bool = True, **kwargs: Any) -> None:
     """numpy.save. A path gets ``.npy`` appended when it has no such extension, as numpy does;
-    numeric arrays given a path are written by ferry (atomically), anything else by numpy."""
+    numeric arrays given a path are written by ferry (atomically), anything else by numpy.
+    Other keyword arguments (``fix_imports`` of numpy before 2.4) go to numpy as given."""
     path = fspath(file)
     if path is not None:
         a = arr if hasattr(arr, "__dlpack__") or hasattr(arr, "__cuda_array_interface__") else _np.asanyarray(arr)
@@ -76,4 +77,4 @@ def save(file: Any, arr: Any, allow_pickle: bool = True, fix_imports: bool = Tru
                 path += ".npy"
             _api.save(path, a, format="npy")
             return
-    _np.save(file, _np.asanyarray(arr), allow_pickle=allow_pickle, fix_imports=fix_imports)
+    _np.save(file, _np.asanyarray(arr), allow_pickle=allow_pickle, **kwargs)

@@ -28,41 +28,16 @@ namespace {
 
 using namespace nb::literals;
 
-nb::tuple shape_tuple(const std::vector<std::int64_t>& shape) {
-    nb::list l;
-    for (auto d : shape) l.append(d);
-    return nb::tuple(l);
-}
-
-nb::dict describe(const std::filesystem::path& path, std::optional<std::string> format) {
+nb::object describe(const std::filesystem::path& path, std::optional<std::string> format) {
     std::optional<file_format> f;
     if (format) f = parse_file_format(*format);
-    file_description d;
+    std::string p = path.string();
+    std::string text;
     {
-        std::string p = path.string();
         nb::gil_scoped_release nogil;
-        d = describe_file(p, f);
+        text = to_json(describe_file(p, f), p);
     }
-    nb::dict out;
-    out["format"] = std::string(to_string(d.format));
-    out["version"] = d.version;
-    out["file_size"] = d.file_size;
-    out["header_size"] = d.header_size;
-    nb::list arrays;
-    for (const auto& a : d.arrays) {
-        nb::dict e;
-        e["name"] = a.name;
-        e["dtype"] = std::string(to_string(a.type.type));
-        e["byteorder"] = size_of(a.type.type) == 1 ? "|" : (a.type.order == byte_order::little ? "<" : ">");
-        e["order"] = a.layout == storage_order::c ? "C" : "F";
-        e["shape"] = shape_tuple(a.shape);
-        e["begin"] = a.begin;
-        e["end"] = a.end;
-        arrays.append(e);
-    }
-    out["arrays"] = arrays;
-    out["metadata"] = d.metadata;
-    return out;
+    return nb::module_::import_("json").attr("loads")(text);
 }
 
 }  // namespace
@@ -142,8 +117,7 @@ void bind_formats(nb::module_& m) {
         "Writes the elements in C order and the array's byte order, nothing else, atomically.");
 
     m.def("describe", &describe, "path"_a, "format"_a = nb::none(),
-          "What a file holds, from its header alone: format, arrays (name, dtype, byteorder,\n"
-          "order, shape, byte range) and metadata.");
+          "What a file holds, from its header alone, as `ferry info --json` prints it.");
 
     m.def(
         "detect_format",

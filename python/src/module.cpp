@@ -6,8 +6,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdlib>
 #include <exception>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "bind.hpp"
@@ -105,6 +108,44 @@ settings with_values(settings s, const std::map<std::string, std::string>& value
     return s;
 }
 
+// The environment's settings with every variable that does not parse left at its default, and
+// the error of each such variable: what lets code override a bad FERRY_* value and lets
+// ferry.settings be inspected while one is set.
+struct lenient_environment {
+    settings values;
+    std::vector<settings_error> errors;
+};
+
+lenient_environment environment_leniently() {
+    lenient_environment r;
+    std::set<std::string> skipped;
+    for (;;) {
+        try {
+            r.values = settings::from_lookup([&](std::string_view name) -> std::optional<std::string> {
+                std::string n(name);
+                if (skipped.count(n)) return std::nullopt;
+                const char* v = std::getenv(n.c_str());
+                if (!v) return std::nullopt;
+                return std::string(v);
+            });
+            return r;
+        } catch (const settings_error& e) {
+            if (!skipped.insert(e.variable()).second) throw;
+            r.errors.push_back(e);
+        }
+    }
+}
+
+// The process-wide settings, or (before their first use, while a FERRY_* variable is bad) the
+// environment's without the bad variables, and their errors.
+lenient_environment current_settings() {
+    try {
+        return {settings::global(), {}};
+    } catch (const settings_error&) {
+        return environment_leniently();
+    }
+}
+
 }  // namespace
 
 void bind_errors(nb::module_&) { nb::register_exception_translator(&translate); }
@@ -112,17 +153,39 @@ void bind_errors(nb::module_&) { nb::register_exception_translator(&translate); 
 void bind_runtime(nb::module_& m) {
     m.def("version", [] { return std::string(ferry::version()); });
 
-    m.def("get_settings", [] { return settings_dict(settings::global()); },
-          "The process-wide settings as {name: value}.");
-    m.def("environment_settings", [] { return settings_dict(settings::from_environment()); },
-          "The settings the FERRY_* environment variables give (over the defaults).");
+    m.def("get_settings", [] { return settings_dict(current_settings().values); },
+          "The process-wide settings as {name: value} (a FERRY_* variable that does not parse\n"
+          "shows its default; settings_errors() says which).");
+    m.def("environment_settings", [] { return settings_dict(environment_leniently().values); },
+          "The settings the FERRY_* environment variables give (over the defaults; a variable\n"
+          "that does not parse gives its default).");
+    m.def(
+        "settings_errors",
+        [](bool of_environment) {
+            std::vector<std::string> out;
+            auto r = of_environment ? environment_leniently() : current_settings();
+            for (const auto& e : r.errors) out.push_back(e.what());
+            return out;
+        },
+        "of_environment"_a = false,
+        "Why each FERRY_* variable that does not parse is not used (while code has not set the\n"
+        "settings; of_environment: in any case).");
     m.def("default_settings", [] { return settings_dict(settings{}); });
-    m.def("resolved_settings", [] { return settings_dict(settings::global().resolved()); },
+    m.def("resolved_settings", [] { return settings_dict(current_settings().values.resolved()); },
           "The process-wide settings with every 0 ('derive') replaced by its value here.");
     m.def(
         "set_settings",
         [](const std::map<std::string, std::string>& values, bool from_defaults) {
-            settings s = with_values(from_defaults ? settings{} : settings::global(), values);
+            if (from_defaults) {
+                settings::set_global(with_values(settings{}, values));
+                return;
+            }
+            // Values given in code win over the environment: a bad FERRY_* variable is an error
+            // only while code leaves it unset.
+            lenient_environment base = current_settings();
+            settings s = with_values(base.values, values);
+            for (const auto& e : base.errors)
+                if (!values.count(attribute_of(e.variable()))) throw e;
             settings::set_global(s);
         },
         "values"_a, "from_defaults"_a = false,

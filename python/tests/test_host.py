@@ -477,7 +477,9 @@ def test_ml_dtypes_arrays(tmp_path):
     with ferry.File(tmp_path / "x.bin") as f:
         f.read(b)
     np.testing.assert_array_equal(b, x)
-    assert ferry.load(p, dtype="float32")["x"].dtype == np.float32
+    assert ferry.load(p, names=["x", "z"], dtype="float32")["x"].dtype == np.float32
+    with pytest.raises(ferry.UsageError, match="tensor 'y'"):  # float8 -> float32: refused, not skipped
+        ferry.load(p, dtype="float32")
 
 
 class DLPackOnly:

@@ -23,7 +23,11 @@ cuda_probe run_probe() {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        r.reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+        // Without any driver the runtime says "insufficient driver": say what is true.
+        int driver = 0;
+        cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+        r.reason = driver == 0 ? std::string("no CUDA driver is installed (libcuda.so.1 is not found)")
+                               : std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
         cudaGetLastError();
     } else if (n == 0) {
         r.reason = "no CUDA device found";

@@ -93,7 +93,9 @@ json probe_cuda() {
     json devices = json::array();
     if (e != cudaSuccess) {
         cudaGetLastError();  // clear the sticky-free error so later calls start clean
-        j["reason"] = driver == 0 ? "no CUDA driver (" + cuda_error_text(e) + ")" : cuda_error_text(e);
+        // Without any driver the runtime says "insufficient driver": say what is true.
+        j["reason"] = driver == 0 ? std::string("no CUDA driver is installed (libcuda.so.1 is not found)")
+                                  : cuda_error_text(e);
         count = 0;
     } else if (count == 0) {
         j["reason"] = "no CUDA device";

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "escape_text.hpp"
 #include "shim/cufile.hpp"
 
 extern char** environ;
@@ -64,7 +65,11 @@ json probe_cufile(const std::string& library) {
 
     json driver;
     driver["open"] = s.driver_open;
-    if (s.loaded) {
+    if (s.loaded && !s.driver_skipped.empty()) {
+        driver["status"] = nullptr;
+        driver["message"] = "not opened: " + s.driver_skipped;
+        driver["cuda_error"] = nullptr;
+    } else if (s.loaded) {
         driver["status"] = s.driver_open_status;
         driver["message"] = shim::cufile_status_string(s.driver_open_status);
         driver["cuda_error"] = s.driver_open_cuda != 0 ? json(s.driver_open_cuda) : json(nullptr);
@@ -137,7 +142,7 @@ json read_cufile_config(const std::string& path, const std::string& source) {
     try {
         doc = nlohmann::json::parse(*text, nullptr, true, /*ignore_comments=*/true);
     } catch (const nlohmann::json::exception& e) {
-        j["error"] = std::string("does not parse: ") + e.what();
+        j["error"] = "does not parse: " + detail::escape_text(e.what());
         return j;
     }
     if (!doc.is_object()) {

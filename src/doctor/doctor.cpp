@@ -3,8 +3,12 @@
 #include "ferry/doctor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <future>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 #include "doctor/cuda_probe.hpp"
 #include "doctor/cufile_probe.hpp"
@@ -37,6 +41,33 @@ json guarded(Probe&& probe, json fallback) {
         fallback["error"] = "unknown failure";
     }
     return fallback;
+}
+
+// The longest one probe may take. Probes call into the machine (the CUDA driver, cuFile, file
+// systems that can hang, such as an unreachable NFS server); the doctor must finish anyway.
+constexpr std::chrono::seconds probe_limit{30};
+
+/// guarded(), on a thread of its own, given up after probe_limit: a probe that never returns is
+/// left behind, detached. `probe` is taken by value and must own what it uses.
+template <class Probe>
+json bounded(Probe probe, json fallback) {
+    auto result = std::make_shared<std::promise<json>>();
+    std::future<json> done = result->get_future();
+    try {
+        std::thread([result, probe, fallback]() mutable {
+            try {
+                result->set_value(guarded(probe, fallback));
+            } catch (...) {  // set_value cannot fail here; nothing may escape a thread
+            }
+        }).detach();
+    } catch (const std::exception&) {
+        return guarded(probe, fallback);  // no thread to be had: run it here
+    }
+    if (done.wait_for(probe_limit) != std::future_status::ready) {
+        fallback["error"] = "did not finish within " + std::to_string(probe_limit.count()) + " s";
+        return fallback;
+    }
+    return done.get();
 }
 
 json settings_json(const settings& s, const std::string& error) {
@@ -101,13 +132,18 @@ json gds_section(const json& r, const settings& s) {
         reasons.push_back("cuFile is not available: " + text_of(cf, "error", "not loaded"));
         actions.push_back("install cuFile (libcufile.so.0 from the CUDA toolkit, or the nvidia-cufile "
                           "Python wheel) where the loader finds it, or set FERRY_CUFILE_LIBRARY to its path");
+    } else if (!open && !field(driver, "status").is_number()) {
+        reasons.push_back("cuFile's driver: " + text_of(driver, "message", "not opened"));
+        if (cuda_ok)
+            actions.push_back("see why cuFileDriverOpen does not return (cuFile's log: $CUFILE_LOGFILE_PATH)");
     } else if (!open) {
         std::string st = field(driver, "status").is_number()
                              ? std::to_string(field(driver, "status").get<int>())
                              : "?";
         reasons.push_back("cuFileDriverOpen failed with error " + st + " (" + text_of(driver, "message") + ")");
-        actions.push_back("read cuFile's log (cufile.log, in the directory that logging.dir in cufile.json "
-                          "names, else the working directory) for why its driver does not open");
+        actions.push_back("read cuFile's log ($CUFILE_LOGFILE_PATH, else cufile.log in the directory that "
+                          "logging.dir in cufile.json names, else $TMPDIR/cufile-<uid>.log) for why its "
+                          "driver does not open");
     }
 
     const json& nvfs = field(kernel, "nvidia_fs");
@@ -346,18 +382,18 @@ doctor_report run_doctor(const doctor_options& options) {
     json r;
     r["ferry_version"] = version();
     r["settings"] = doctor::settings_json(s, settings_error);
-    r["system"] = doctor::guarded(doctor::probe_system, json::object());
-    r["cuda"] = doctor::guarded(doctor::probe_cuda, {{"available", false}, {"devices", json::array()}});
-    r["kernel"] = doctor::guarded(doctor::probe_kernel_support, json::object());
-    r["udev"] = doctor::guarded(doctor::probe_udev_database, json::object());
-    r["cufile"] = doctor::guarded([&] { return doctor::probe_cufile(s.cufile_library); },
+    r["system"] = doctor::bounded(doctor::probe_system, json::object());
+    r["cuda"] = doctor::bounded(doctor::probe_cuda, {{"available", false}, {"devices", json::array()}});
+    r["kernel"] = doctor::bounded(doctor::probe_kernel_support, json::object());
+    r["udev"] = doctor::bounded(doctor::probe_udev_database, json::object());
+    r["cufile"] = doctor::bounded([library = s.cufile_library] { return doctor::probe_cufile(library); },
                                   {{"available", false}, {"version", nullptr}});
     r["gds"] = doctor::guarded([&] { return doctor::gds_section(r, s); },
                                {{"available", false}, {"reasons", json::array()}, {"actions", json::array()}});
 
     json paths = json::array();
     for (const auto& path : options.paths) {
-        json p = doctor::guarded([&] { return doctor::probe_path(path, s.cufile_library); },
+        json p = doctor::bounded([path, library = s.cufile_library] { return doctor::probe_path(path, library); },
                                  {{"path", path}, {"exists", false}});
         if (!p.contains("exists")) p["exists"] = false;
         try {

@@ -83,8 +83,9 @@ void cufile_section(std::string& out, const json& c) {
     if (get(c, "available") == true) {
         line(out, "library", str(get(c, "path")) + ", version " + str(get(c, "version")));
         const json& d = get(c, "driver");
-        line(out, "driver", get(d, "open") == true ? "open"
-                                                   : "failed: " + str(get(d, "status")) + " (" + str(get(d, "message")) + ")");
+        line(out, "driver", get(d, "open") == true        ? "open"
+                            : get(d, "status").is_number() ? "failed: " + str(get(d, "status")) + " (" + str(get(d, "message")) + ")"
+                                                           : str(get(d, "message")));
         const json& p = get(c, "properties");
         if (p.is_object()) {
             line(out, "nvidia-fs", str(get(p, "nvidia_fs_version")) + (get(p, "nvidia_fs") == true ? "" : " (absent)"));

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "ferry/error.hpp"
@@ -144,6 +145,18 @@ void atomic_write::commit() {
     if (rc != 0 && e != EINVAL)
         throw system_error(e, "fsync directory (the new file is in place; its name may not survive a power loss)",
                            {dir_, 0, 0});
+}
+
+system_error about_target(const system_error& e, const std::string& target) {
+    const std::string& path = e.where().path;
+    const std::string temp_prefix = directory_of(target) + "/." + base_of(target) + ".tmp-";
+    if (path.rfind(temp_prefix, 0) != 0) return e;
+    // The message is "<what failed>: <strerror> (<path>...)": keep what failed, name the target.
+    std::string what = e.what();
+    std::string op = what.substr(0, what.find(std::string(": ") + std::strerror(e.code())));
+    io_context where = e.where();
+    where.path = target;
+    return system_error(e.code(), "save: " + op + " [" + path.substr(path.rfind('/') + 1) + "]", where);
 }
 
 }  // namespace ferry::formats

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "ferry/error.hpp"
 #include "ferry/file.hpp"
 
 namespace ferry::formats {
@@ -49,5 +50,23 @@ private:
     bool keep_mode_ = false;
     bool done_ = false;
 };
+
+/// A system_error about `target`'s temporary file, restated about `target` (errno, byte range
+/// kept; the temporary file's name only as detail): users know the file they save, not the
+/// hidden one. Any other error is returned unchanged.
+system_error about_target(const system_error& e, const std::string& target);
+
+/// Saves `target` atomically: `write(file)` fills the temporary file, then commit(). Errors
+/// name `target` (see about_target).
+template <class Write>
+void save_atomically(const std::string& target, Write&& write) {
+    try {
+        atomic_write w(target);
+        write(w.file());
+        w.commit();
+    } catch (const system_error& e) {
+        throw about_target(e, target);
+    }
+}
 
 }  // namespace ferry::formats

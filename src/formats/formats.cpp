@@ -1,5 +1,8 @@
 #include "ferry/formats.hpp"
 
+#include <fcntl.h>
+
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ferry/error.hpp"
@@ -7,6 +10,7 @@
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
 #include "ferry/safetensors.hpp"
+#include "shim/sys.hpp"
 
 namespace ferry {
 namespace {
@@ -46,10 +50,19 @@ file_format format_from_extension(const std::string& path) {
 }
 
 file_format detect_format(const std::string& path) {
-    file f(path, open_mode::read);
+    file f(path, open_mode::read);  // the checks and errors of every open
     std::uint64_t size = f.size();
+    // The sniff reads the first bytes beside the engine: the header is read (and counted) once
+    // more by its parser, and the counters add up to the bytes a load moves.
     unsigned char head[9] = {};
-    std::size_t got = f.read_some(head, sizeof head, 0);
+    std::size_t got = 0;
+    if (int fd = sys::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        ssize_t n = sys::pread(fd, head, sizeof head, 0);
+        got = n > 0 ? static_cast<std::size_t>(n) : 0;
+        sys::close(fd);
+    } else {
+        got = f.read_some(head, sizeof head, 0);
+    }
     if (got >= 6 && std::string_view(reinterpret_cast<char*>(head), 6) == std::string_view("\x93NUMPY", 6))
         return file_format::npy;
     if (got == 9 && head[8] == '{') {
@@ -63,18 +76,22 @@ file_format detect_format(const std::string& path) {
 loaded_file load_any(const std::string& path, const any_load_options& options) {
     loaded_file out;
     out.format = options.format ? *options.format : detect_format(path);
-    // raw_type may be a default the caller passes for every file; the others are explicit.
-    bool raw_options = options.count != -1 || options.offset != 0 || !options.shape.empty();
+    // What describes a raw file is refused for a file that describes itself, not ignored.
+    bool raw_options = options.count != -1 || options.offset != 0 || !options.shape.empty() ||
+                       options.raw_type.has_value();
     if (out.format != file_format::raw && raw_options)
-        throw usage_error(path + ": count, offset and shape apply to raw files only (this is " +
-                          std::string(to_string(out.format)) + ")");
+        throw usage_error(path + ": dtype, count, offset and shape apply to raw files only (this is " +
+                          std::string(to_string(out.format)) +
+                          ", whose header gives them; to convert floating-point arrays, ask for that "
+                          "type as the load's `as`)");
     if (out.format != file_format::safetensors && !options.tensors.empty())
         throw usage_error(path + ": tensor names apply to safetensors files only (this is " +
                           std::string(to_string(out.format)) + ")");
     switch (out.format) {
     case file_format::npy: {
-        out.payload_bytes = read_npy_info(path).data_bytes;
-        array a = load_npy(path, options.load);
+        npy_info info;
+        array a = load_npy(path, options.load, &info);  // the header is read once
+        out.payload_bytes = info.data_bytes;
         out.arrays.push_back({"", std::move(a)});
         break;
     }
@@ -101,6 +118,31 @@ loaded_file load_any(const std::string& path, const any_load_options& options) {
     }
     }
     return out;
+}
+
+std::string to_json(const file_description& d, const std::string& path) {
+    nlohmann::json j;
+    j["file"] = path;
+    j["format"] = std::string(to_string(d.format));
+    j["version"] = d.version.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.version);
+    j["file_size"] = d.file_size;
+    j["header_size"] = d.header_size;
+    nlohmann::json arrays = nlohmann::json::array();
+    for (const auto& e : d.arrays) {
+        // One-byte elements have no byte order (numpy's '|').
+        nlohmann::json order = size_of(e.type.type) > 1 ? nlohmann::json(std::string(to_string(e.type.order)))
+                                                          : nlohmann::json(nullptr);
+        arrays.push_back({{"name", e.name},
+                          {"dtype", std::string(to_string(e.type.type))},
+                          {"byte_order", order},
+                          {"order", e.layout == storage_order::fortran ? "F" : "C"},
+                          {"shape", e.shape},
+                          {"begin", e.begin},
+                          {"end", e.end}});
+    }
+    j["arrays"] = arrays;
+    j["metadata"] = d.metadata;
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 file_description describe_file(const std::string& path, std::optional<file_format> format) {

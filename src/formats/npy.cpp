@@ -2,6 +2,8 @@
 // (host, pinned or device memory), then formats::deserialize on the same side.
 #include "ferry/npy.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 
 #include "ferry/convert.hpp"
@@ -26,8 +28,12 @@ npy_info read_info(const file& f) {
                            "file ends inside the header (" + std::to_string(pre.header_size) +
                                " bytes announced, " + std::to_string(size - pre.size) +
                                " present)");
+    // The preamble read may have taken the header's first bytes: each byte is read once (the
+    // counters then add up to the file).
     std::string header(pre.header_size, '\0');
-    if (!header.empty()) f.read(header.data(), header.size(), pre.size);
+    std::size_t have = std::min<std::size_t>(got > pre.size ? got - pre.size : 0, header.size());
+    std::copy(pre_bytes + pre.size, pre_bytes + pre.size + have, header.begin());
+    if (have < header.size()) f.read(header.data() + have, header.size() - have, pre.size + have);
     npy_info info = formats::parse_npy_header(header, pre, path);
     if (info.data_bytes > size - info.data_offset)
         throw format_error(path, "data",
@@ -44,9 +50,10 @@ npy_info read_npy_info(const std::string& path) {
     return read_info(f);
 }
 
-array load_npy(const std::string& path, const load_options& options) {
+array load_npy(const std::string& path, const load_options& options, npy_info* header) {
     file f(path, open_mode::read);
     npy_info info = read_info(f);
+    if (header) *header = info;
     formats::check_conversion(info.type.type, options, path);
     array raw(info.type.type, info.shape, options.where, info.layout, info.type.order);
     if (info.data_bytes > 0) f.read(raw.data(), info.data_bytes, info.data_offset);
@@ -55,12 +62,18 @@ array load_npy(const std::string& path, const load_options& options) {
 
 void save_npy(const std::string& path, const array& a) {
     typed_order type{a.type(), a.is_native() ? native_byte_order : a.endian()};
-    std::string header = formats::format_npy_header(type, a.shape());  // refuses bfloat16 etc.
-    array c = to_c_order(a);
-    formats::atomic_write w(path);
-    w.file().write(header.data(), header.size(), 0);
-    if (c.nbytes() > 0) w.file().write(c.data(), c.nbytes(), header.size());
-    w.commit();
+    // As numpy.save: Fortran order is kept where it differs from C order (fortran_order: True
+    // and the bytes as they are); an array that is both is written as C order.
+    const bool fortran = a.layout() == storage_order::fortran && !a.is_c_and_fortran();
+    std::string header = formats::format_npy_header(  // refuses bfloat16 etc.
+        type, a.shape(), fortran ? storage_order::fortran : storage_order::c);
+    std::optional<array> c;
+    if (!fortran) c = to_c_order(a);
+    const array& data = fortran ? a : *c;
+    formats::save_atomically(path, [&](const file& out) {
+        out.write(header.data(), header.size(), 0);
+        if (data.nbytes() > 0) out.write(data.data(), data.nbytes(), header.size());
+    });
 }
 
 }  // namespace ferry

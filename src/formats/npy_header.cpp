@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "escape_text.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::formats {
@@ -29,7 +30,7 @@ public:
         while (!peek('}')) {
             std::string key = parse_string("header");
             skip_ws();
-            expect(':', "header", "expected ':' after key '" + key + "'");
+            expect(':', "header", "expected ':' after key '" + printable(key) + "'");
             skip_ws();
             if (key == "descr") {
                 if (have_descr) fail("descr", "duplicate key");
@@ -52,7 +53,7 @@ public:
                 ++pos_;
                 skip_ws();
             } else if (!peek('}')) {
-                fail("header", "expected ',' or '}' after the value of '" + key + "'");
+                fail("header", "expected ',' or '}' after the value of '" + printable(key) + "'");
             }
         }
         ++pos_;
@@ -68,12 +69,7 @@ private:
         throw format_error(file_, field, reason);
     }
 
-    static std::string printable(std::string_view text) {
-        std::string out;
-        for (char c : text.substr(0, 40)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-        if (text.size() > 40) out += "...";
-        return out;
-    }
+    static std::string printable(std::string_view text) { return detail::escape_text(text, 40); }
 
     bool peek(char c) const { return pos_ < s_.size() && s_[pos_] == c; }
 
@@ -244,12 +240,15 @@ npy_info parse_npy_header(std::string_view header, const npy_preamble& pre,
     return info;
 }
 
-std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape) {
-    std::string dict = "{'descr': '" + numpy_descr(type.type, type.order) +
-                       "', 'fortran_order': False, 'shape': " + shape_to_string(shape) + ", }";
-    // numpy leaves room for the first axis to grow to 21 digits without rewriting the file.
+std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape,
+                              storage_order layout) {
+    const bool fortran = layout == storage_order::fortran;
+    std::string dict = "{'descr': '" + numpy_descr(type.type, type.order) + "', 'fortran_order': " +
+                       (fortran ? "True" : "False") + ", 'shape': " + shape_to_string(shape) + ", }";
+    // numpy leaves room for the growth axis (the first in C order, the last in Fortran order)
+    // to grow to 21 digits without rewriting the file.
     if (!shape.empty()) {
-        std::size_t digits = std::to_string(shape[0]).size();
+        std::size_t digits = std::to_string(fortran ? shape.back() : shape[0]).size();
         if (digits < 21) dict.append(21 - digits, ' ');
     }
     std::size_t hlen = dict.size() + 1;  // the closing newline

@@ -31,8 +31,9 @@ npy_preamble parse_npy_preamble(std::string_view bytes, const std::string& file)
 npy_info parse_npy_header(std::string_view header, const npy_preamble& pre,
                           const std::string& file);
 
-/// The preamble and header numpy writes for a C-order array of `type` and `shape`: version
+/// The preamble and header numpy writes for an array of `type` and `shape` in `layout`: version
 /// 1.0 unless the header needs 2.0; padded so the data starts at a multiple of 64.
-std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape);
+std::string format_npy_header(const typed_order& type, const std::vector<std::int64_t>& shape,
+                              storage_order layout = storage_order::c);
 
 }  // namespace ferry::formats

@@ -107,6 +107,10 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
         }
     }
 
+    // A conversion that cannot be done is refused before anything is read, not skipped.
+    for (const auto* t : wanted)
+        formats::check_conversion(t->type, options, path + ": tensor '" + t->name + "'");
+
     // Merge the byte ranges in file order.
     std::vector<const safetensors_tensor_info*> by_offset = wanted;
     std::sort(by_offset.begin(), by_offset.end(),
@@ -206,16 +210,15 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
         data.push_back(std::move(a));
     }
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
-    formats::atomic_write w(path);
-    const file& out = w.file();
-    issue_and_wait([&](std::vector<std::future<std::size_t>>& pending) {
-        pending.push_back(out.write_async(layout.prefix.data(), layout.prefix.size(), 0));
-        for (std::size_t i = 0; i < data.size(); ++i)
-            if (data[i].nbytes() > 0)
-                pending.push_back(out.write_async(data[i].data(), data[i].nbytes(),
-                                                  layout.prefix.size() + layout.offsets[i]));
+    formats::save_atomically(path, [&](const file& out) {
+        issue_and_wait([&](std::vector<std::future<std::size_t>>& pending) {
+            pending.push_back(out.write_async(layout.prefix.data(), layout.prefix.size(), 0));
+            for (std::size_t i = 0; i < data.size(); ++i)
+                if (data[i].nbytes() > 0)
+                    pending.push_back(out.write_async(data[i].data(), data[i].nbytes(),
+                                                      layout.prefix.size() + layout.offsets[i]));
+        });
     });
-    w.commit();
 }
 
 }  // namespace ferry

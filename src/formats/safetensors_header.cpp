@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "escape_text.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::formats {
@@ -16,10 +17,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string tensor_field(std::string_view name) {
-    std::string out = "tensor '";
-    for (char c : name.substr(0, 80)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
-    if (name.size() > 80) out += "...";
-    return out + "'";
+    return "tensor '" + detail::escape_text(name, 80) + "'";
 }
 
 bool as_u64(const json& v, std::uint64_t& out) {
@@ -58,7 +56,7 @@ public:
             const auto& key = parsed.get_ref<const std::string&>();
             if (!stack_.back().keys.insert(key).second)
                 throw format_error(file_, stack_.size() == 1 ? tensor_field(key) : "header",
-                                   "duplicate key '" + key + "'");
+                                   "duplicate key '" + detail::escape_text(key, 80) + "'");
             break;
         }
         case json::parse_event_t::value:

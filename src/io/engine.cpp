@@ -91,8 +91,15 @@ std::shared_ptr<engine> engine::shared(const settings& r) {
         // The last owner of an engine can be a request finishing on one of the engine's own
         // workers, which cannot join itself: let another thread tear it down then.
         last->e = std::shared_ptr<engine>(new engine(r), [](engine* e) {
-            if (thread_pool::worker_index() >= 0) std::thread([e] { delete e; }).detach();
-            else delete e;
+            if (thread_pool::worker_index() < 0) {
+                delete e;
+                return;
+            }
+            try {
+                std::thread([e] { delete e; }).detach();  // ~engine never throws
+            } catch (...) {
+                // No thread to be had: keep the engine rather than throw from a deleter.
+            }
         });
         last->k = k;
         last->pid = ::getpid();

@@ -114,7 +114,17 @@ file_impl::file_impl(const std::string& path, open_mode mode, const settings& s)
     }
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
         sys::close(fd_);
-        throw system_error(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "not a regular file or block device", {path});
+        // Say what it is: "Invalid argument" alone does not tell a user that a pipe was given.
+        const bool stream = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
+        const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                           : S_ISFIFO(st.st_mode) ? "a FIFO"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                                                  : "not a regular file";
+        throw system_error(S_ISDIR(st.st_mode) ? EISDIR : stream ? ESPIPE : EINVAL,
+                           std::string("cannot use ") + kind +
+                               " (ferry reads and writes regular files and block devices, by offset)",
+                           {path});
     }
     int flags = sys::fcntl(fd_, F_GETFL);
     if (flags < 0 || sys::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0) {

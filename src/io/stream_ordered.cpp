@@ -138,16 +138,29 @@ struct chunk_call {
     std::size_t index;
 };
 
+// Host functions run on CUDA's own thread: an exception escaping one would end the process,
+// so each delivers it to the request's future instead.
 void CUDART_CB run_chunk(void* p) {
     cuda_host_function_scope scope;
     std::unique_ptr<chunk_call> c(static_cast<chunk_call*>(p));
-    c->q->on_lane(c->index);
+    try {
+        c->q->on_lane(c->index);
+    } catch (...) {
+        c->q->fail(std::current_exception());
+    }
 }
 
 void CUDART_CB run_completion(void* p) {
     cuda_host_function_scope scope;
     std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
-    (*q)->complete();  // queued last: a request whose queueing failed never gets here
+    try {
+        (*q)->complete();  // queued last: a request whose queueing failed never gets here
+    } catch (...) {
+        try {
+            (*q)->done.set_exception(std::current_exception());
+        } catch (...) {  // already satisfied: the future has its outcome
+        }
+    }
 }
 
 void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t index) {

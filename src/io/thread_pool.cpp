@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <cstdio>
+#include <exception>
 #include <string>
 
 namespace ferry::detail {
@@ -52,7 +54,15 @@ void thread_pool::run(int index) {
         queue_.pop_front();
         ++running_;
         lock.unlock();
-        task();
+        // Every task delivers its own errors (to a future); one that throws anyway must not
+        // take the process down with std::terminate: say so and go on.
+        try {
+            task();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "ferry: internal error: an I/O task threw: %s\n", e.what());
+        } catch (...) {
+            std::fprintf(stderr, "ferry: internal error: an I/O task threw\n");
+        }
         task = nullptr;  // destroy captures outside the lock
         lock.lock();
         --running_;

@@ -8,8 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
+#include <thread>
 
 namespace ferry::shim {
 namespace {
@@ -32,6 +37,47 @@ std::string loaded_path(void* lib, void* symbol) {
     (void)lib;
     return {};
 }
+
+// cuFile needs a CUDA driver with a device. Without one, cuFileDriverOpen of cuFile 1.20 spins
+// forever at 100% CPU (measured on the CPU-only machines with the nvidia-cufile wheel), so the
+// driver is asked first, through libcuda itself: "" when usable, else why not.
+std::string cuda_driver_problem() {
+    void* cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) return "no CUDA driver (libcuda.so.1 cannot be loaded)";
+    using init_fn = int (*)(unsigned);
+    using count_fn = int (*)(int*);
+    auto init = reinterpret_cast<init_fn>(::dlsym(cuda, "cuInit"));
+    auto count = reinterpret_cast<count_fn>(::dlsym(cuda, "cuDeviceGetCount"));
+    if (!init || !count) return "libcuda.so.1 lacks cuInit or cuDeviceGetCount";
+    if (int rc = init(0); rc != 0)
+        return "the CUDA driver does not initialize (cuInit: CUresult " + std::to_string(rc) + ")";
+    int n = 0;
+    if (int rc = count(&n); rc != 0 || n == 0) return "the CUDA driver sees no GPU";
+    return {};
+}
+
+// cuFile writes cufile.log into the working directory unless told otherwise; a user's directory
+// is no place for it. Where neither CUFILE_LOGFILE_PATH nor a logging.dir in cufile.json says
+// where, the log goes to $TMPDIR (else /tmp) as cufile-<uid>.log.
+void keep_log_out_of_working_directory() {
+    if (std::getenv("CUFILE_LOGFILE_PATH")) return;
+    const char* config = std::getenv("CUFILE_ENV_PATH_JSON");
+    std::string text;
+    if (FILE* f = std::fopen(config && *config ? config : "/etc/cufile.json", "rb")) {
+        char buf[4096];
+        while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+        std::fclose(f);
+    }
+    // A plain search is enough to leave a configured directory alone.
+    if (text.find("\"dir\"") != std::string::npos) return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/cufile-" + std::to_string(::getuid()) + ".log";
+    ::setenv("CUFILE_LOGFILE_PATH", path.c_str(), 0);
+}
+
+// The longest cuFileDriverOpen may take before ferry gives up on it (it took well under a second
+// on the GPU machine; a hang must not hang ferry, the doctor least of all).
+constexpr std::chrono::seconds driver_open_limit{20};
 
 cufile_state load(const std::string& library) {
     cufile_state s;
@@ -63,11 +109,36 @@ cufile_state load(const std::string& library) {
         int v = 0;
         if (api.get_version(&v).err == CU_FILE_SUCCESS) s.version = v;
     }
+    s.driver_skipped = cuda_driver_problem();
+    if (!s.driver_skipped.empty()) return s;
+    keep_log_out_of_working_directory();
     {
         // Some cuFile versions have closed or replaced fd 0-2 when opening the driver without
-        // /dev/nvidia-fs*: keep them as they were.
+        // /dev/nvidia-fs*: keep them as they were. The open runs on its own thread so that a
+        // hang is bounded; a thread that never returns is left behind, detached.
         std_fd_guard guard;
-        CUfileError_t st = api.driver_open();
+        auto result = std::make_shared<std::promise<CUfileError_t>>();
+        std::future<CUfileError_t> done = result->get_future();
+        std::thread([result, open = api.driver_open] {
+            try {
+                result->set_value(open());
+            } catch (...) {
+                result->set_exception(std::current_exception());
+            }
+        }).detach();
+        if (done.wait_for(driver_open_limit) != std::future_status::ready) {
+            s.driver_skipped = "cuFileDriverOpen did not return within " +
+                               std::to_string(driver_open_limit.count()) + " s";
+            s.std_fds_disturbed = !guard.restore().empty();
+            return s;
+        }
+        CUfileError_t st{};
+        try {
+            st = done.get();
+        } catch (...) {
+            s.driver_skipped = "cuFileDriverOpen threw an exception";
+            return s;
+        }
         s.std_fds_disturbed = !guard.restore().empty();
         s.driver_open_status = st.err;
         s.driver_open_cuda = static_cast<int>(st.cu_err);

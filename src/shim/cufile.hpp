@@ -32,6 +32,9 @@ struct cufile_state {
     std::string load_error;        ///< dlerror() or the missing symbol, when !loaded
     int version = 0;               ///< cuFileGetVersion (e.g. 1150 for 1.15), 0 if unknown
     bool driver_open = false;      ///< cuFileDriverOpen succeeded
+    /// Why cuFileDriverOpen was not called or did not return (no usable CUDA driver, a hang);
+    /// empty when it was called and returned.
+    std::string driver_skipped;
     int driver_open_status = 0;    ///< its CU_FILE_* code
     int driver_open_cuda = 0;      ///< its CUresult, when the code is CU_FILE_CUDA_DRIVER_ERROR
     bool have_properties = false;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ferry/error.hpp"
+#include "test_util.hpp"
 
 namespace ferry {
 namespace {

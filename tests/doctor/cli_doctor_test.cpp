@@ -99,5 +99,32 @@ TEST(CliDoctor, BadSettingIsReportedNotFatal) {
     EXPECT_NE(j["settings"]["error"].get<std::string>().find("FERRY_THREADS"), std::string::npos);
 }
 
+// A loadable libcufile on a machine whose CUDA driver is missing or sees no GPU: cuFile 1.20's
+// cuFileDriverOpen spins forever there. The doctor must finish, say why the driver was not
+// opened, and leave no cufile.log in the working directory.
+TEST(CliDoctor, LoadableCufileWithoutDriverDoesNotHang) {
+    auto lib = run_shell("python3 -c \"import nvidia, os; print(next(p for p in (os.path.join(d, 'cu13', 'lib', "
+                         "'libcufile.so.0') for d in nvidia.__path__) if os.path.exists(p)))\" 2>/dev/null");
+    if (lib.status != 0 || lib.out.empty()) GTEST_SKIP() << "the nvidia-cufile wheel is not installed";
+    std::string library = lib.out.substr(0, lib.out.find('\n'));
+    scratch_dir dir(testing::build_dir());
+    ASSERT_TRUE(dir.ok());
+    auto r = run_shell("cd " + quote(dir.path()) + " && env -u CUFILE_LOGFILE_PATH FERRY_CUFILE_LIBRARY=" +
+                       quote(library) + " timeout 60 " + cli + " doctor --json " + quote(dir.path()) +
+                       " 2>/dev/null");
+    ASSERT_EQ(r.status, 0) << "124 means the doctor hung";
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["cufile"]["available"], true);
+    if (j["cuda"]["available"] != true) {
+        EXPECT_EQ(j["cufile"]["driver"]["open"], false);
+        EXPECT_TRUE(j["cufile"]["driver"]["status"].is_null());
+        EXPECT_NE(j["cufile"]["driver"]["message"].get<std::string>().find("not opened"), std::string::npos)
+            << j["cufile"]["driver"];
+    }
+    EXPECT_NE(run_shell("test -e " + quote(dir.path() + "/cufile.log")).status, 0)
+        << "cufile.log left in the working directory";
+}
+
 }  // namespace
 }  // namespace ferry::doctor

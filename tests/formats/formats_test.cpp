@@ -40,8 +40,9 @@ TEST(formats, load_any_and_options) {
     EXPECT_EQ(f.metadata.at("k"), "v");
     o.tensors = {"b"};
     EXPECT_EQ(load_any(dir / "m.safetensors", o).arrays.size(), 1u);
-    o.raw_type = parse_dtype("float32");  // a default for raw files, ignored here
-    EXPECT_EQ(load_any(dir / "m.safetensors", o).arrays.size(), 1u);
+    o.raw_type = parse_dtype("float32");  // describes raw files: refused here, not ignored
+    EXPECT_THROW(load_any(dir / "m.safetensors", o), usage_error);
+    o.raw_type.reset();
     o.offset = 8;
     EXPECT_THROW(load_any(dir / "m.safetensors", o), usage_error);
 

@@ -7,6 +7,7 @@
 
 #include "ferry/ferry.hpp"
 #include "shim/cufile.hpp"
+#include "shim/cufile_test_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -21,6 +22,9 @@ struct path_case {
     ferry::direct_io_mode direct;
     io_path expected;
 };
+
+// Test listings name the parameter, not its bytes.
+void PrintTo(const path_case& c, std::ostream* os) { *os << c.name; }
 
 const path_case cases[] = {
     {"host_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host},
@@ -88,12 +92,14 @@ protected:
         s_.staging_buffer_size = 1 << 20;
         s_.task_size = 2 << 20;
         s_.gds_threshold = 0;
-        if (c.gds == ferry::gds_mode::on) {
-            const auto& cf = ferry::shim::cufile(s_.cufile_library);
-            if (!cf.usable()) GTEST_SKIP() << "cuFile unusable here: " << (cf.loaded ? "driver open failed" : cf.load_error);
-        }
         path_ = dir_ / "data.bin";
         ferry::test::write_pattern_file(path_, file_size);
+        if (c.gds == ferry::gds_mode::on) {
+            // Where cuFile cannot serve this file (no driver, no udev record of the disk, an
+            // unsupported file system), every test here would fail for that one reason.
+            std::string why = ferry::test::cufile_unusable_reason(s_.cufile_library, path_);
+            if (!why.empty()) GTEST_SKIP() << why;
+        }
     }
 
     static constexpr std::size_t file_size = 24u << 20;
@@ -165,11 +171,9 @@ TEST_P(conformance, concurrent_readers_of_one_file) {
     constexpr int readers = 8;
     const std::size_t each = file_size / readers;
     buffer buf(c.memory, file_size);
-    std::vector<std::thread> threads;
-    std::vector<std::future<std::size_t>> futures;
-    for (int i = 0; i < readers; ++i)
-        threads.emplace_back([&, i] { f.read(buf.base() + i * each, each, i * each); });
-    for (auto& t : threads) t.join();
+    ferry::test::thread_group threads;
+    for (int i = 0; i < readers; ++i) threads.run([&, i] { f.read(buf.base() + i * each, each, i * each); });
+    ASSERT_NO_THROW(threads.join());
     EXPECT_EQ(buf.to_host(0, file_size), ferry::test::pattern(file_size));
 }
 

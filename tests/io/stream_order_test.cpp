@@ -17,6 +17,9 @@ struct stream_case {
     std::size_t staging_buffer_size = 0;  // 64 KiB: 512 KiB lanes, so a request spans many chunks
 };
 
+// Test listings name the parameter, not its bytes.
+void PrintTo(const stream_case& c, std::ostream* os) { *os << c.name; }
+
 class stream_order : public ::testing::TestWithParam<stream_case> {
 protected:
     static ferry::settings settings_for(const stream_case& c) {

@@ -11,6 +11,7 @@
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
 #include "ferry/safetensors.hpp"
+#include "test_util.hpp"
 
 namespace ferry::test {
 namespace {

@@ -124,9 +124,9 @@ TEST(fork_during_io, forks_while_other_threads_hold_process_wide_locks) {
     const std::size_t n = 4u << 20;
     write_pattern_file(dir / "a", n);
     std::atomic<bool> stop{false};
-    std::vector<std::thread> busy;
+    thread_group busy;
     for (int t = 0; t < 3; ++t)
-        busy.emplace_back([&, t] {
+        busy.run([&, t] {
             std::vector<std::uint8_t> buf(64 << 10);
             while (!stop) {
                 settings s = settings::global();
@@ -154,7 +154,7 @@ TEST(fork_during_io, forks_while_other_threads_hold_process_wide_locks) {
         ++children;
     }
     stop = true;
-    for (auto& t : busy) t.join();
+    EXPECT_NO_THROW(busy.join());
     std::printf("[ figures  ] %d forks while other threads held the library's locks: 0 hangs\n", children);
 }
 

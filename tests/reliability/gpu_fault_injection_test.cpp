@@ -10,6 +10,7 @@
 #include "ferry/raw.hpp"
 #include "ferry/safetensors.hpp"
 #include "shim/cufile.hpp"
+#include "shim/cufile_test_util.hpp"
 
 namespace ferry::test {
 namespace {
@@ -168,10 +169,9 @@ TEST_F(gpu_fault_injection, cufile_read_and_write) {
     settings s = small_settings();
     s.gds = gds_mode::on;
     s.gds_threshold = 0;
-    const auto& cf = shim::cufile(s.cufile_library);
-    if (!cf.usable()) GTEST_SKIP() << "cuFile unusable here: " << (cf.loaded ? "driver open failed" : cf.load_error);
     std::string in = dir_ / "in.bin", out = dir_ / "out.bin";
     write_pattern_file(in, file_bytes);
+    if (std::string why = test::cufile_unusable_reason(s.cufile_library, in); !why.empty()) GTEST_SKIP() << why;
     const auto expect = pattern(file_bytes);
     device_buffer buf(file_bytes);
     operation rd;
@@ -226,6 +226,9 @@ struct npy_case {
     bool c_order;
     std::optional<dtype> as;
 };
+
+// Test listings name the parameter, not its bytes.
+void PrintTo(const npy_case& c, std::ostream* os) { *os << c.name; }
 
 class gpu_npy_fault_injection : public gpu_fault_injection, public ::testing::WithParamInterface<npy_case> {};
 

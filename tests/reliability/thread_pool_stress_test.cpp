@@ -28,9 +28,9 @@ TEST(thread_pool_stress, a_hundred_thousand_mixed_tasks_from_many_submitters) {
     {
         detail::thread_pool pool(4);
         within(120s, "thread pool stress", [&] {
-            std::vector<std::thread> threads;
+            thread_group threads;
             for (int s = 0; s < submitters; ++s) {
-                threads.emplace_back([&, s] {
+                threads.run([&, s] {
                     std::mt19937 rng(s);
                     for (int i = 0; i < per_submitter; ++i) {
                         // Mostly tiny tasks, a few long ones: queues both empty and deep.
@@ -42,7 +42,7 @@ TEST(thread_pool_stress, a_hundred_thousand_mixed_tasks_from_many_submitters) {
                     }
                 });
             }
-            for (auto& t : threads) t.join();
+            EXPECT_NO_THROW(threads.join());
             while (pool.pending() != 0) std::this_thread::sleep_for(1ms);
         });
         EXPECT_EQ(done.load(), submitters * per_submitter);
@@ -94,9 +94,9 @@ TEST(thread_pool_stress, many_threads_read_one_file_with_some_requests_failing) 
     file f(dir / "a", open_mode::read, s);
     std::atomic<int> good{0}, eof{0};
     within(120s, "concurrent readers", [&] {
-        std::vector<std::thread> readers;
+        thread_group readers;
         for (int t = 0; t < 8; ++t) {
-            readers.emplace_back([&, t] {
+            readers.run([&, t] {
                 std::mt19937 rng(t);
                 for (int i = 0; i < 40; ++i) {
                     std::uint64_t off = rng() % n;
@@ -113,7 +113,7 @@ TEST(thread_pool_stress, many_threads_read_one_file_with_some_requests_failing) 
                 }
             });
         }
-        for (auto& r : readers) r.join();
+        EXPECT_NO_THROW(readers.join());
     });
     EXPECT_EQ(good + eof, 8 * 40);
     EXPECT_GT(eof.load(), 0);

@@ -2,6 +2,8 @@
 // host -> device copy), the naive path (what cupy.fromfile does), and each ferry path over a
 // sweep of thread counts and task sizes.
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,13 +12,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <iostream>
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "bench_baselines.hpp"
+#include "bench_scratch_files.hpp"
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "ferry/array.hpp"
@@ -29,6 +35,14 @@ namespace ferry::cli {
 namespace {
 
 using clock = std::chrono::steady_clock;
+using bench::directory_of;
+using bench::evict;
+using bench::generate;
+using bench::naive;
+using bench::raw_parallel_io;
+using bench::scratch_files;
+using bench::seconds_since;
+using bench::warm;
 
 struct bench_args {
     std::string path;
@@ -59,106 +73,9 @@ struct row {
     std::size_t buffers = 0;
 };
 
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
-}
-
-void evict(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-}
-
-// Reads the whole file once so that a hot measurement starts from the page cache.
-void warm(const std::string& path, std::uint64_t size, std::size_t threads) {
-    std::vector<std::thread> ts;
-    std::atomic<std::uint64_t> next{0};
-    for (std::size_t t = 0; t < threads; ++t)
-        ts.emplace_back([&] {
-            int fd = ::open(path.c_str(), O_RDONLY);
-            std::vector<char> buf(4 << 20);
-            for (;;) {
-                std::uint64_t off = next.fetch_add(buf.size());
-                if (off >= size) break;
-                if (::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off)) < 0) break;
-            }
-            ::close(fd);
-        });
-    for (auto& t : ts) t.join();
-}
-
-// The storage / page-cache ceiling: plain parallel pread of 4 MiB chunks into host memory.
-double raw_parallel_io(const std::string& path, char* mem, std::uint64_t size, std::size_t threads, bool is_write) {
-    int fd = ::open(path.c_str(), is_write ? (O_WRONLY | O_CREAT) : O_RDONLY, 0644);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    std::atomic<std::uint64_t> next{0};
-    std::atomic<int> failed{0};
-    const std::uint64_t chunk = 4 << 20;
-    auto t0 = clock::now();
-    std::vector<std::thread> ts;
-    for (std::size_t t = 0; t < threads; ++t)
-        ts.emplace_back([&] {
-            for (;;) {
-                std::uint64_t off = next.fetch_add(chunk);
-                if (off >= size) break;
-                std::size_t len = static_cast<std::size_t>(std::min(chunk, size - off));
-                std::size_t done = 0;
-                while (done < len) {
-                    ssize_t r = is_write ? ::pwrite(fd, mem + off + done, len - done, static_cast<off_t>(off + done))
-                                         : ::pread(fd, mem + off + done, len - done, static_cast<off_t>(off + done));
-                    if (r <= 0) {
-                        if (r < 0 && errno == EINTR) continue;
-                        failed = errno ? errno : EIO;
-                        return;
-                    }
-                    done += static_cast<std::size_t>(r);
-                }
-            }
-        });
-    for (auto& t : ts) t.join();
-    double s = seconds_since(t0);
-    ::close(fd);
-    if (failed) throw system_error(failed, is_write ? "pwrite failed" : "pread failed", {path});
-    return s;
-}
-
-// What cupy.fromfile does: one thread reads into pageable memory, then one copy to the GPU.
-double naive(const std::string& path, void* device_mem, std::uint64_t size) {
-    auto t0 = clock::now();
-    std::unique_ptr<char[]> host(new char[size]);  // uninitialised, as numpy allocates
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw system_error(errno, "cannot open", {path});
-    std::uint64_t done = 0;
-    while (done < size) {
-        ssize_t r = ::read(fd, host.get() + done, std::min<std::uint64_t>(size - done, 1u << 30));
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            ::close(fd);
-            throw system_error(r < 0 ? errno : EIO, "read failed", {path});
-        }
-        done += static_cast<std::uint64_t>(r);
-    }
-    ::close(fd);
-    if (device_mem) copy_memory(device_mem, host.get(), size);
-    return seconds_since(t0);
-}
-
-void generate(const std::string& path, std::uint64_t size) {
-    std::vector<std::uint64_t> block((64u << 20) / 8);
-    std::mt19937_64 rng(42);
-    for (auto& v : block) v = rng();
-    ferry::file f(path, open_mode::write);
-    for (std::uint64_t off = 0; off < size; off += block.size() * 8) {
-        std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block.size() * 8, size - off));
-        block[0] = off;  // no two blocks alike
-        f.write(block.data(), len, off);
-    }
-    f.close();
 }
 
 struct progress {
@@ -198,12 +115,19 @@ int run_bench(bench_args a) {
     for (const auto& t : a.buffer_sizes) buffer_sizes.push_back(parse_bytes(t, "--buffer-size"));
     if (buffer_sizes.empty()) buffer_sizes = {base.staging_buffer_size};
     if (a.buffers.empty()) a.buffers = {base.staging_buffers};
+    if (!gpu) {  // reads into host memory use no staging buffers: nothing to sweep
+        buffer_sizes.resize(1);
+        a.buffers.resize(1);
+    }
     std::size_t max_threads = a.threads.back();
 
     std::vector<path_config> configs;
     if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "staged+direct", "cufile"}
                                        : std::vector<std::string>{"host", "direct"};
-    for (const auto& p : a.paths) {
+    for (auto p : a.paths) {
+        // Into host memory the staged routes are plain host reads: name the rows by what they do.
+        if (!gpu && p == "staged") p = "host";
+        if (!gpu && p == "staged+direct") p = "direct";
         if (p == "staged" || p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off});
         else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
         else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
@@ -215,25 +139,19 @@ int run_bench(bench_args a) {
             throw usage_error("--paths: unknown path " + p + " (staged, staged+direct, cufile, host, direct, auto, stream)");
     }
 
+    scratch_files scratch;
     bool generated = a.path.empty();
-    if (generated) a.path = "ferry-bench.bin";
     std::uint64_t size;
     if (generated) {
         size = parse_bytes(a.size, "--size");
         if (size == 0) throw usage_error("--size: nothing to measure in an empty file");
+        a.path = scratch.create(".");
         if (!a.json) std::fprintf(stderr, "writing %s of %s\n", a.path.c_str(), human_bytes(size).c_str());
         generate(a.path, size);
     } else {
         size = ferry::file(a.path).size();
     }
     if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
-    // The generated file goes away however the run ends.
-    struct remove_on_exit {
-        std::string path;
-        ~remove_on_exit() {
-            if (!path.empty()) ::unlink(path.c_str());
-        }
-    } generated_file{generated ? a.path : std::string()};
 
     device_buffer dev;
     pinned_buffer pinned;
@@ -332,8 +250,10 @@ int run_bench(bench_args a) {
                             return seconds_since(t0);
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
-                        r.buffer_size = bs;
-                        r.buffers = nb;
+                        if (gpu) {  // host reads use no staging buffers
+                            r.buffer_size = bs;
+                            r.buffers = nb;
+                        }
                         rows.push_back(r);
                         best_so_far = std::max(best_so_far, r.gbps);
                         slow = r.gbps < best_so_far / 4;
@@ -342,7 +262,7 @@ int run_bench(bench_args a) {
     }
 
     if (a.write) {
-        std::string out = a.path + ".write";
+        std::string out = scratch.create(directory_of(a.path));
         auto write_once = [&](const std::function<double()>& once) {
             std::vector<double> times;
             for (int r = 0; r < a.repeat; ++r) {
@@ -382,7 +302,7 @@ int run_bench(bench_args a) {
                 continue;
             }
             rows.push_back({"ferry", pc.name, max_threads, s.task_size, true, gbps(size, t), t, io,
-                            s.staging_buffer_size, s.staging_buffers});
+                            gpu ? s.staging_buffer_size : 0, gpu ? s.staging_buffers : 0});
             bar.step("write " + pc.name);
         }
     }
@@ -431,10 +351,14 @@ int run_bench(bench_args a) {
             rs.push_back(e);
         }
         j["results"] = rs;
-        if (best)
-            j["best_read"] = {{"name", best->name},           {"threads", best->threads},
-                              {"task_size", best->task_size}, {"staging_buffer_size", best->buffer_size},
-                              {"staging_buffers", best->buffers}, {"gbps", best->gbps}};
+        if (best) {
+            j["best_read"] = {{"name", best->name}, {"threads", best->threads}, {"task_size", best->task_size},
+                              {"gbps", best->gbps}};
+            if (best->buffers) {
+                j["best_read"]["staging_buffer_size"] = best->buffer_size;
+                j["best_read"]["staging_buffers"] = best->buffers;
+            }
+        }
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }
@@ -457,10 +381,13 @@ int run_bench(bench_args a) {
                     r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "", r.gbps, vs_pread,
                     vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
     }
-    if (best)
+    if (best && best->buffers)
         std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %.2f GB/s\n",
                     best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
                     human_bytes(best->buffer_size).c_str(), best->gbps);
+    else if (best)
+        std::printf("best read: %s, %zu threads, tasks of %s: %.2f GB/s\n", best->name.c_str(), best->threads,
+                    human_bytes(best->task_size).c_str(), best->gbps);
     std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
                 human_bytes(base.staging_memory_limit).c_str());
     return exit_ok;
@@ -471,13 +398,13 @@ int run_bench(bench_args a) {
 void add_bench_command(CLI::App& app) {
     auto a = std::make_shared<bench_args>();
     CLI::App* c = app.add_subcommand("bench", "Measure ferry's paths against the hardware ceilings, in one run");
-    c->add_option("file", a->path, "file to read (default: generate ferry-bench.bin of --size, removed after)");
+    c->add_option("file", a->path, "file to read (default: generate ferry-bench-XXXXXX.bin of --size here, removed after)");
     c->add_option("--size", a->size, "size of the generated file (default 1G)");
     c->add_option("--device", a->device, "cuda:N or host (default: cuda:0 when there is a GPU)");
-    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',');
+    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',')->check(CLI::NonNegativeNumber);
     c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
     c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
-    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',');
+    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
     c->add_option("--paths", a->paths, "paths: staged, staged+direct, cufile, host, direct, auto, stream (read_async on a CUDA stream)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));

@@ -44,6 +44,9 @@ int run_convert(const convert_args& a) {
     o.tensors = a.tensors;
     file_format out_format = a.to.empty() ? format_from_extension(a.out) : parse_file_format(a.to);
 
+    if (out_format != file_format::safetensors && a.tensors.size() > 1)
+        throw usage_error("--tensor selected " + std::to_string(a.tensors.size()) + " tensors of " + a.in +
+                          "; a " + std::string(to_string(out_format)) + " file holds one: give --tensor once");
     loaded_file lf = load_any(a.in, o);
     std::vector<named_array> arrays = std::move(lf.arrays);
     std::map<std::string, std::string> metadata;
@@ -81,10 +84,10 @@ void add_convert_command(CLI::App& app) {
     c->add_option("--device", a->device, "where the arrays pass through: cuda:N or host (default: cuda:0 when there is a GPU)");
     c->add_option("--tensor", a->tensors, "safetensors input: convert only these tensors (repeatable)");
     c->add_option("--name", a->name, "safetensors output: the tensor name for a .npy or raw input (default: the input's stem)");
-    c->add_option("--as", a->as, "convert floating-point arrays to this dtype (float32, float16, bfloat16, float64)");
+    c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--dtype", a->dtype, "raw input: element type, e.g. float32 or >f4");
     c->add_option("--shape", a->shape, "raw input: the array's shape")->delimiter(',');
-    c->add_option("--offset", a->offset, "raw input: bytes to skip");
+    c->add_option("--offset", a->offset, "raw input: bytes to skip")->check(CLI::NonNegativeNumber);
     c->add_option("--count", a->count, "raw input: items to read (-1: the rest)");
     c->add_flag("--keep-byte-order", a->keep_byte_order,
                 "npy and raw output: keep the input's byte order (default: native)");

@@ -28,24 +28,7 @@ int run_info(const info_args& a) {
     if (!a.format.empty()) forced = parse_file_format(a.format);
     file_description d = describe_file(a.path, forced);
     if (a.json) {
-        nlohmann::json j;
-        j["file"] = a.path;
-        j["format"] = std::string(to_string(d.format));
-        j["version"] = d.version.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.version);
-        j["size"] = d.file_size;
-        j["header_size"] = d.header_size;
-        nlohmann::json arrays = nlohmann::json::array();
-        for (const auto& e : d.arrays) {
-            arrays.push_back({{"name", e.name},
-                              {"dtype", std::string(to_string(e.type.type))},
-                              {"byte_order", std::string(to_string(e.type.order))},
-                              {"order", e.layout == storage_order::fortran ? "F" : "C"},
-                              {"shape", e.shape},
-                              {"begin", e.begin},
-                              {"end", e.end}});
-        }
-        j["arrays"] = arrays;
-        j["metadata"] = d.metadata;
+        nlohmann::json j = nlohmann::json::parse(to_json(d, a.path));
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }

@@ -36,7 +36,11 @@ int run_load(const load_args& a) {
     if (!a.as.empty()) o.load.as = parse_dtype(a.as, "--as").type;
     if (!a.format.empty()) o.format = parse_file_format(a.format);
     o.tensors = a.tensors;
-    o.raw_type = parse_dtype(a.dtype.empty() ? "uint8" : a.dtype, "--dtype");
+    // --dtype describes a raw file (uint8 when not given); for a .npy or safetensors file it is
+    // an error, as --tensor is for a raw one (--as converts).
+    if (!a.dtype.empty()) o.raw_type = parse_dtype(a.dtype, "--dtype");
+    else if ((o.format ? *o.format : detect_format(a.path)) == file_format::raw)
+        o.raw_type = parse_dtype("uint8", "--dtype");
     o.shape = a.shape;
     o.offset = a.offset;
     o.count = a.count;
@@ -108,11 +112,11 @@ void add_load_command(CLI::App& app) {
     c->add_option("file", a->path, "The file (.npy, safetensors or raw)")->required();
     c->add_option("--device", a->device, "cuda:N, cuda or host (default: cuda:0 when there is a GPU)");
     c->add_option("--tensor", a->tensors, "safetensors: load only these tensors (repeatable)");
-    c->add_option("--as", a->as, "convert floating-point arrays to this dtype (float32, float16, bfloat16, float64)");
+    c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--format", a->format, "npy, safetensors or raw (default: from the content)");
-    c->add_option("--dtype", a->dtype, "raw files: element type, e.g. float32 or >f4 (default uint8)");
+    c->add_option("--dtype", a->dtype, "raw files only: element type, e.g. float32 or >f4 (default uint8)");
     c->add_option("--shape", a->shape, "raw files: the array's shape")->delimiter(',');
-    c->add_option("--offset", a->offset, "raw files: bytes to skip");
+    c->add_option("--offset", a->offset, "raw files: bytes to skip")->check(CLI::NonNegativeNumber);
     c->add_option("--count", a->count, "raw files: items to read (-1: the rest)");
     c->add_flag("--checksum", a->checksum, "print xxh64 checksums of the arrays' logical contents");
     c->add_flag("--json", a->json, "print one JSON object");

@@ -1,6 +1,7 @@
 // ferry: move arrays between files and GPU memory. See `ferry --help`.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "ferry/error.hpp"
@@ -15,6 +16,22 @@ int main(int argc, char** argv) {
     ferry::cli::add_doctor_command(app);
     ferry::cli::add_info_command(app);
     ferry::cli::add_convert_command(app);
+    // CLI11 reads an unknown first word as a stray argument and only says that a subcommand is
+    // required: name the word and the commands there are.
+    if (argc > 1 && argv[1][0] != '-') {
+        std::string known;
+        bool found = false;
+        const CLI::App& all = app;
+        for (const CLI::App* sub : all.get_subcommands([](const CLI::App*) { return true; })) {
+            known += (known.empty() ? "" : ", ") + sub->get_name();
+            found = found || sub->get_name() == argv[1];
+        }
+        if (!found) {
+            std::fprintf(stderr, "ferry: unknown command '%s' (commands: %s; see ferry --help)\n", argv[1],
+                         known.c_str());
+            return ferry::cli::exit_usage;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::RuntimeError& e) {

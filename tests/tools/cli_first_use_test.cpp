@@ -1,0 +1,179 @@
+// The ferry command line as a new user meets it: unknown commands named, negative numbers
+// refused as usage errors, a bench that leaves the user's files alone, one JSON shape for info,
+// counters that add up, options that do not apply refused, messages that stay printable.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ferry/npy.hpp"
+#include "ferry/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace ferry {
+namespace {
+
+struct result {
+    int status = -1;
+    std::string out;
+    std::string err;
+};
+
+// Runs `ferry ARGS` through sh in `cwd` (prefix: shell words before it, e.g. variables).
+result run(const std::string& args, const test::temp_dir& dir, const std::string& cwd = "",
+           const std::string& prefix = "") {
+    std::string err_file = dir / "stderr.txt";
+    std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + prefix + "'" + FERRY_CLI + "' " + args +
+                      " 2>'" + err_file + "'";
+    result r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+    int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    auto e = test::read_whole(err_file);
+    r.err.assign(e.begin(), e.end());
+    std::filesystem::remove(err_file);
+    return r;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+TEST(cli_first_use, unknown_command_is_named) {
+    test::temp_dir dir;
+    result r = run("frob", dir);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("unknown command 'frob'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("load"), std::string::npos) << r.err;
+}
+
+TEST(cli_first_use, negative_numbers_are_usage_errors) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "a.f32", 64);
+    result r = run("load '" + (dir / "a.f32") + "' --dtype float32 --device host --offset -8", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.err.find("18446744073709551608"), std::string::npos) << r.err;
+    EXPECT_EQ(run("convert '" + (dir / "a.f32") + "' '" + (dir / "b.npy") + "' --dtype float32 --offset -1", dir).status, 2);
+    EXPECT_EQ(run("bench '" + (dir / "a.f32") + "' --device host --threads -1", dir).status, 2);
+}
+
+// The bench's own files get fresh names, never a user's, and go away on every exit path.
+TEST(cli_first_use, bench_leaves_the_users_files_alone) {
+    test::temp_dir dir;
+    test::temp_dir work;
+    write_bytes(work / "ferry-bench.bin", "mine");
+    write_bytes(work / "ferry-bench.bin.write", "mine too");
+    result r = run("bench --size 2M --device host --threads 1 --task-size 1M --repeat 1 --no-naive --write --json",
+                   dir, work.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(names_in(work.path()), (std::vector<std::string>{"ferry-bench.bin", "ferry-bench.bin.write"}));
+    auto mine = test::read_whole(work / "ferry-bench.bin");
+    EXPECT_EQ(std::string(mine.begin(), mine.end()), "mine");
+    // A file given to read: its neighbour is not the write target either.
+    r = run("bench ferry-bench.bin --device host --threads 1 --task-size 1M --repeat 1 --no-naive --write --json", dir,
+            work.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto mine_too = test::read_whole(work / "ferry-bench.bin.write");
+    EXPECT_EQ(std::string(mine_too.begin(), mine_too.end()), "mine too");
+    EXPECT_EQ(names_in(work.path()).size(), 2u);
+    // A file system that fills up while the file is generated (here: a file size limit, the
+    // signal ignored so that the write fails with EFBIG): an error, and no partial file left.
+    std::filesystem::remove(work / "ferry-bench.bin");
+    std::filesystem::remove(work / "ferry-bench.bin.write");
+    r = run("bench --size 8M --device host --threads 1 --repeat 1 --no-naive", dir, work.path(),
+            "trap '' XFSZ; ulimit -f 2048; ");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_TRUE(names_in(work.path()).empty()) << names_in(work.path()).front();
+}
+
+TEST(cli_first_use, info_json_has_the_documented_shape) {
+    test::temp_dir dir;
+    save_npy(dir / "a.npy", array(dtype::float64, {2, 3}, placement::host(), storage_order::c, byte_order::big));
+    result r = run("info --json '" + (dir / "a.npy") + "'", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["file"], dir / "a.npy");
+    EXPECT_EQ(j["file_size"], 176);
+    EXPECT_FALSE(j.contains("size"));
+    EXPECT_EQ(j["arrays"][0]["byte_order"], "big");
+    EXPECT_EQ(j["arrays"][0]["order"], "C");
+    save_npy(dir / "b.npy", array(dtype::uint8, {4}));
+    j = nlohmann::json::parse(run("info --json '" + (dir / "b.npy") + "'", dir).out);
+    EXPECT_TRUE(j["arrays"][0]["byte_order"].is_null()) << "one-byte types have no byte order";
+}
+
+// What a load reports as moved adds up to the file: headers are read (and counted) once.
+TEST(cli_first_use, counters_add_up_to_the_file) {
+    test::temp_dir dir;
+    write_bytes(dir / "short.bin", "abc");
+    save_npy(dir / "a.npy", array(dtype::float64, {2, 3}));
+    save_safetensors(dir / "m.safetensors", {{"a", array(dtype::float32, {5})}, {"b", array(dtype::int8, {3})}},
+                     {{"k", "v"}});
+    for (const std::string name : {"short.bin", "a.npy", "m.safetensors"}) {
+        result r = run("load --json --device host '" + (dir / name) + "'", dir);
+        ASSERT_EQ(r.status, 0) << name << ": " << r.err;
+        auto j = nlohmann::json::parse(r.out);
+        EXPECT_EQ(j["io"]["host"].get<std::uint64_t>(), std::filesystem::file_size(dir / name)) << name << ": " << r.out;
+    }
+}
+
+TEST(cli_first_use, options_that_do_not_apply_are_refused) {
+    test::temp_dir dir;
+    save_npy(dir / "a.npy", array(dtype::float32, {4}));
+    result r = run("load --device host --dtype float64 '" + (dir / "a.npy") + "'", dir);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.err.find("raw files only"), std::string::npos) << r.err;
+    // --as converts only what can be converted; the rest is refused, not left as it was.
+    save_safetensors(dir / "m.safetensors", {{"h", array(dtype::float16, {4})}, {"f", array(dtype::float32, {4})}});
+    r = run("load --device host --as bfloat16 '" + (dir / "m.safetensors") + "'", dir);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.err.find("tensor 'h'"), std::string::npos) << r.err;
+    // Two tensors into a one-array format: what was selected, not what the file holds.
+    std::string all = std::string(FERRY_TEST_DATA) + "/safetensors/ok_all_dtypes.safetensors";
+    r = run("convert '" + all + "' '" + (dir / "o.npy") + "' --tensor f32 --tensor i32 --device host", dir);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("--tensor selected 2 tensors"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "o.npy"));
+}
+
+TEST(cli_first_use, save_errors_name_the_target) {
+    test::temp_dir dir;
+    save_npy(dir / "a.npy", array(dtype::float32, {4}));
+    std::string target = dir / "missing/b.npy";
+    result r = run("convert -q --device host '" + (dir / "a.npy") + "' '" + target + "'", dir);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("(" + target + ")"), std::string::npos) << r.err;
+}
+
+TEST(cli_first_use, messages_about_malformed_files_are_printable_utf8) {
+    test::temp_dir dir;
+    std::string header = "{\"a\":\"\x80\xff\x01";  // not UTF-8, with a control byte, unterminated
+    header += std::string((8 - (header.size() % 8)) % 8, ' ');
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    write_bytes(dir / "bad.safetensors", len + header);
+    result r = run("info '" + (dir / "bad.safetensors") + "'", dir);
+    EXPECT_EQ(r.status, 1);
+    for (unsigned char c : r.err) {
+        EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << "raw byte " << int(c) << " in: " << r.err;
+        if (!(c == '\n' || (c >= 0x20 && c < 0x7f))) break;
+    }
+    EXPECT_NE(r.err.find("\\x"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ferry
