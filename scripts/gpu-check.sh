@@ -2,8 +2,11 @@
 # Builds ferry, runs every test and measures it on a GPU machine, in one go, and ends with a
 # short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
 # without network (scripts/deps.sh --bundle).
-#   scripts/gpu-check.sh [all|test|bench|hot|sanitize] [bench size, default 8G]
-#     hot: only the hot-read sweep of `ferry bench`; sanitize: the test binary under
+#   scripts/gpu-check.sh [all|test|bench|hot|peers|ab|sanitize] [bench size, default 8G]
+#     hot: only the hot-read sweep of `ferry bench`; peers: the side-by-side benchmarks of
+#     checkpoints, Zarr and remote objects against the peers importable there (carry their
+#     wheels; NGINX_ROOT names unpacked nginx .debs); ab: bench/engine_ab.sh against the
+#     engine source tree in BEFORE_SRC (a plain folder); sanitize: the test binary under
 #     compute-sanitizer's memcheck, racecheck and initcheck side by side (SANITIZE_TOOLS to
 #     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter)
 set -uo pipefail
@@ -132,6 +135,36 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     PYTHONPATH=$PWD/$build/python python3 python/bench/bench_python.py --dir $TMPDIR --size $size --st-size 4G \
       --json "$out/python-bench.json" 2>&1 | grep -v '^ *[\[{}"]' | tee -a "$log"
   fi
+fi
+
+if [ "$what" = peers ]; then
+  udev_fix >/dev/null
+  export PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}
+  peer() {  # peer NAME COMMAND...: its output in $out/NAME.txt, its table on stdout
+    local name=$1; shift
+    echo "\$ $*" | tee "$out/$name.txt"
+    local t1; t1=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-400}" "$@" >>"$out/$name.txt" 2>&1
+    local rc=$?
+    grep -E '^\|' "$out/$name.txt"
+    note "$name: rc $rc, $(( $(date +%s) - t1 )) s"
+  }
+  for p in ${PEERS:-checkpoint zarr remote}; do
+    case $p in
+      checkpoint) peer checkpoint python3 bench/checkpoint_bench.py --dir $TMPDIR/ckpt --size "${CKPT_SIZE:-4.6G}" \
+                    --json "$out/checkpoint.json" ;;
+      zarr) peer zarr python3 bench/zarr_bench.py --dir $TMPDIR/zarr --size "${ZARR_SIZE:-4G}" --json "$out/zarr.json" ;;
+      remote) peer remote env BUILD=$build SIZE="${REMOTE_SIZE:-8G}" WORK=$TMPDIR/remote bench/remote_bench.sh ;;
+    esac
+  done
+fi
+
+if [ "$what" = ab ]; then
+  udev_fix >/dev/null
+  [ -d "${BEFORE_SRC:-}" ] || { echo "ab: BEFORE_SRC must name the source tree of the engine to compare with" >&2; exit 2; }
+  echo "\$ bench/engine_ab.sh $BEFORE_SRC" | tee "$out/engine_ab.txt"
+  timeout "${AB_TIMEOUT:-500}" bench/engine_ab.sh "$BEFORE_SRC" 2>&1 | tee -a "$out/engine_ab.txt" | grep -E '^\||^==' 
+  note "engine A/B: rc ${PIPESTATUS[0]}"
 fi
 
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
