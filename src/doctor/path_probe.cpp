@@ -16,7 +16,7 @@
 
 #include "backend/gds/cufile_handle.hpp"
 #include "doctor/mount_table.hpp"
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 #include "shim/cufile.hpp"
 
 namespace ferry::doctor {

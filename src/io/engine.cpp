@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "cuda/cuda_runtime.hpp"
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
 namespace {

@@ -14,10 +14,10 @@
 #include "backend/host/host_backend.hpp"
 #include "backend/staged/staged_backend.hpp"
 #include "cuda/cuda_runtime.hpp"
-#include "io/page_cache.hpp"
+#include "os/page_cache.hpp"
 #include "log.hpp"
 #include "shim/cufile.hpp"
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 #include "trace.hpp"
 
 namespace ferry::detail {

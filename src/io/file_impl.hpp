@@ -17,7 +17,7 @@
 #include "backend/gds/cufile_handle.hpp"
 #include "ferry/file.hpp"
 #include "io/engine.hpp"
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 #include "stats_counter.hpp"
 
 namespace ferry::detail {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "io/posix_io.hpp"
-#include "shim/sys.hpp"
+#include "os/posix_io.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::detail {
 

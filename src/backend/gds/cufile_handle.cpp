@@ -4,8 +4,8 @@
 #include <cstring>
 #include <utility>
 
-#include "io/posix_io.hpp"
-#include "shim/fault_hook.hpp"
+#include "os/posix_io.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::detail {
 

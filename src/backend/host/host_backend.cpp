@@ -1,6 +1,6 @@
 #include "backend/host/host_backend.hpp"
 
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 
 namespace ferry::detail {
 

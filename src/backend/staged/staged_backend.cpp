@@ -6,7 +6,7 @@
 #include "backend/direct/direct_read.hpp"
 #include "backend/host/host_backend.hpp"
 #include "cuda/cuda_runtime.hpp"
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 
 namespace ferry::detail {
 namespace {

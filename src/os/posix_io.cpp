@@ -1,4 +1,4 @@
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::detail {
 

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdio>  // rename
 
-#include "shim/fault_hook.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::sys {
 
