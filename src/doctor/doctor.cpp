@@ -13,12 +13,8 @@
 #include "doctor/system_probe.hpp"
 #include "doctor/text_report.hpp"
 #include "ferry/version.hpp"
-// plan_read_path: the engine's choice of path, shared with every transfer.
-#if __has_include("io/path_selector.hpp")
-#include "io/path_selector.hpp"
-#else
+// plan_read_route: the engine's choice of route, shared with every transfer.
 #include "io/file_impl.hpp"
-#endif
 #include "shim/cufile.hpp"
 
 namespace ferry {
@@ -198,9 +194,9 @@ doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, 
         v.reasons.push_back(v.path + " is a " + type + ", not a regular file or directory");
     } else {
         try {
-            path_plan plan = detail::plan_read_path(v.path, s);
-            v.route = plan.path;
-            v.reasons = std::move(plan.reasons);
+            detail::plan_result plan = detail::plan_read_route(v.path, s);
+            v.route = plan.chosen.counted_as;
+            v.reasons = plan.texts();
         } catch (const std::exception& e) {
             v.reasons.push_back(std::string("no read path: ") + e.what());
         }

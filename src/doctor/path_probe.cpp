@@ -14,8 +14,9 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/gds/cufile_handle.hpp"
+#include "backend/cufile/cufile_handle.hpp"
 #include "doctor/mount_table.hpp"
+#include "os/alignment.hpp"
 #include "os/posix_io.hpp"
 #include "shim/cufile.hpp"
 

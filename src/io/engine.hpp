@@ -6,7 +6,7 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/staged/staging_pool.hpp"
+#include "io/staging_pool.hpp"
 #include "ferry/settings.hpp"
 #include "io/stream_lanes.hpp"
 #include "io/thread_pool.hpp"

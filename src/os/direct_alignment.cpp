@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "os/posix_io.hpp"
+#include "os/alignment.hpp"
 #include "os/fault_hook.hpp"
 
 namespace ferry::detail {
