@@ -22,6 +22,8 @@ namespace ferry::detail {
 struct unavailable_reason {
     std::string text;
     int code = 0;
+    /// The text says that the udev database is missing (why cuFile cannot register files).
+    bool udev_missing = false;
 };
 
 /// What a source can do and what it needs, as facts for the planner.

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -59,9 +60,12 @@ public:
     /// Validates and plans a request; for reads with exactness::exact, throws end_of_file_error
     /// when the source is too short, else shortens n to what it has.
     request prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e);
+    /// Called once when a request ended: the bytes moved, or the first error.
+    using completion = std::function<void(std::size_t, std::exception_ptr)>;
     /// Runs a prepared request on the engine's workers (or on `workers`); the future holds n
-    /// or the first error. Throws usage_error for a file side when the file was closed.
-    std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr);
+    /// or the first error, and `then` (if any) hears the same just before the future does.
+    /// Throws usage_error for a file side when the file was closed.
+    std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr, completion then = {});
     /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp).
     std::future<std::size_t> start_on_stream(const request& r, stream_t s);
     /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between

@@ -39,6 +39,7 @@ struct request_state {
     request r;
     std::atomic<std::size_t> remaining{0};
     std::promise<std::size_t> done;
+    file_impl::completion then;
     std::mutex error_mutex;
     std::exception_ptr error;
     clock::time_point start = clock::now();
@@ -61,6 +62,7 @@ struct request_state {
         }
         f->inflight_cv_.notify_all();
         f.reset();
+        if (then) then(error ? 0 : r.n, error);
         if (error) done.set_exception(error);
         else done.set_value(r.n);
     }
@@ -152,12 +154,14 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
     if (!r.file_side) count(r.dir, used, len, 0, 0);
 }
 
-std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers) {
+std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers, completion then) {
     auto st = std::make_shared<request_state>();
     st->file = shared_from_this();
     st->r = r;
+    st->then = std::move(then);
     std::future<std::size_t> f = st->done.get_future();
     if (r.n == 0) {
+        if (st->then) st->then(0, nullptr);
         st->done.set_value(0);
         return f;
     }

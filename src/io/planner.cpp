@@ -80,7 +80,7 @@ plan_result plan_route(const plan_facts& f) {
         return p;
     }
 
-    auto use_staged = [&](reason_code c, std::string why, bool fallback) {
+    auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {
         p.chosen = {reader, mover::staged, want_direct ? io_path::staged_direct : io_path::staged};
         say(c, std::move(why), fallback);
         say(reason_code::staging, "staged: " + std::to_string(f.threads) + " threads, " +
@@ -110,7 +110,11 @@ plan_result plan_route(const plan_facts& f) {
     if (no) {
         if (f.gds == gds_mode::on)
             p.refusal = unavailable_reason{"FERRY_GDS=on but cuFile cannot be used: " + no->text, no->code};
-        return use_staged(reason_code::cufile_unusable, "GPUDirect Storage unusable: " + no->text, true);
+        plan_result& r = use_staged(reason_code::cufile_unusable, "GPUDirect Storage unusable: " + no->text, true);
+        reason& said = r.reasons[r.reasons.size() - 2];
+        said.status = no->code;
+        said.udev_missing = no->udev_missing;
+        return r;
     }
     if (auto v = f.nvfs_version ? f.nvfs_version() : std::nullopt) {
         p.chosen = {"cufile", mover::device_dma, io_path::gds};

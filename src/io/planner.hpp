@@ -43,6 +43,10 @@ struct reason {
     reason_code code;
     std::string text;
     bool fallback = false;  ///< counted and logged as a fallback
+    /// For cufile_unusable: cuFile's status (0 when none) and whether the udev database is
+    /// missing, so that the doctor adds only what the text does not already say.
+    int status = 0;
+    bool udev_missing = false;
 };
 
 /// The planner's choice: the source that moves the bytes and the mover between it and memory.

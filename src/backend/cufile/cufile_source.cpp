@@ -22,7 +22,8 @@ std::unique_ptr<cufile_source> cufile_source::open(const std::string& path, int 
     cufile_handle h(fd);
     if (!h.ok()) {
         why = {h.failure(), h.status()};
-        if (sys::access("/run/udev/data", F_OK) != 0)
+        why.udev_missing = sys::access("/run/udev/data", F_OK) != 0;
+        if (why.udev_missing)
             why.text += "; the udev database (/run/udev/data) is missing, so cuFile cannot read "
                         "the volume's attributes";
         return nullptr;
