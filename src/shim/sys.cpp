@@ -1,5 +1,0 @@
-#include "shim/sys.hpp"
-
-namespace ferry::sys {
-std::atomic<fault_hook> hook{nullptr};
-}
