@@ -22,6 +22,7 @@ from . import _ferry
 from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (
     CudaError,
+    RemoteError,
     CuFileError,
     EndOfFileError,
     Error,
@@ -54,6 +55,7 @@ from . import numpy  # noqa: E402  (ferry.numpy: numpy's signatures)
 __all__ = [
     "Array",
     "CudaError",
+    "RemoteError",
     "CuFileError",
     "EndOfFileError",
     "Error",
