@@ -17,6 +17,9 @@ command -v c++ >/dev/null || missing+=(g++)
 have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header xxhash.h || missing+=(libxxhash-dev)
+have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
+# nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
@@ -35,6 +38,8 @@ fi
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
 python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+# moto's server mode: the S3 protocol (buckets, ranged GETs, multipart upload, errors) on 127.0.0.1.
+python3 -c "import moto.server, flask, flask_cors" 2>/dev/null || python3 -m pip install -q "moto[server]"
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1
