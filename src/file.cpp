@@ -41,23 +41,23 @@ const settings& file::config() const noexcept { return impl_->config(); }
 
 std::size_t file::read(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(false, dst, n, offset, true)).get();
+    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact)).get();
 }
 
 std::size_t file::read_some(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(false, dst, n, offset, false)).get();
+    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::up_to_end)).get();
 }
 
 std::size_t file::write(const void* src, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(true, src, n, offset, true)).get();
+    return f.start(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact)).get();
 }
 
 std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_t offset) const {
     try {
         auto& f = must(impl_);
-        return f.start(f.prepare(false, dst, n, offset, true));
+        return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact));
     } catch (...) {
         return failed<std::size_t>(std::current_exception());
     }
@@ -66,7 +66,7 @@ std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_
 std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::uint64_t offset) const {
     try {
         auto& f = must(impl_);
-        return f.start(f.prepare(true, src, n, offset, true));
+        return f.start(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact));
     } catch (...) {
         return failed<std::size_t>(std::current_exception());
     }
@@ -74,12 +74,12 @@ std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::
 
 std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_t offset, stream_t s) const {
     auto& f = must(impl_);
-    return f.start_on_stream(f.prepare(false, dst, n, offset, true), s);
+    return f.start_on_stream(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact), s);
 }
 
 std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::uint64_t offset, stream_t s) const {
     auto& f = must(impl_);
-    return f.start_on_stream(f.prepare(true, src, n, offset, true), s);
+    return f.start_on_stream(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact), s);
 }
 
 void file::sync() const { must(impl_).sync(); }
@@ -87,7 +87,10 @@ void file::truncate(std::uint64_t size) const { must(impl_).truncate(size); }
 
 path_plan file::plan() const {
     auto& f = must(impl_);
-    return f.plan(cuda_device_count() > 0 ? memory_kind::device : memory_kind::host, std::size_t(1) << 30, false);
+    detail::plan_result p =
+        f.plan(cuda_device_count() > 0 ? memory_kind::device : memory_kind::host, std::size_t(1) << 30,
+               detail::direction::read);
+    return {p.chosen.counted_as, p.texts()};
 }
 
 io_stats file::stats() const { return must(impl_).stats(); }

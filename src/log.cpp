@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
 namespace {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/error.hpp"
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 
 namespace ferry {
 namespace {

@@ -1,6 +1,6 @@
 #include "ferry/stats.hpp"
 
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 #include "stats_counter.hpp"
 
 namespace ferry {
@@ -10,7 +10,7 @@ namespace {
 // would leave the child's copy of its guard taken for good. Outlives every file, even at exit.
 stats_counter* const process_wide = new stats_counter;
 // Held around every use of the process counter's fallback map, so that fork() never copies
-// its inner lock taken (io/fork_safe_mutex.hpp). The byte counters are lock-free.
+// its inner lock taken (os/fork_safe_mutex.hpp). The byte counters are lock-free.
 fork_safe_mutex process_mutex;
 }  // namespace
 }  // namespace detail

@@ -12,7 +12,7 @@ namespace ferry {
 
 /// GPUDirect Storage policy for transfers to and from GPU memory.
 enum class gds_mode {
-    auto_,  ///< cuFile only where it does real direct DMA (nvidia-fs or P2PDMA), else staged
+    auto_,  ///< cuFile only where it does real direct DMA (nvidia-fs loaded), else staged
     on,     ///< cuFile whenever it opens, compatibility mode included; an error if it cannot
     off,    ///< never cuFile
 };

@@ -10,7 +10,7 @@ namespace ferry {
 
 /// The route bytes took between a file and memory.
 enum class io_path {
-    gds,            ///< cuFile with direct DMA (nvidia-fs or P2PDMA)
+    gds,            ///< cuFile with direct DMA (nvidia-fs loaded)
     cufile_compat,  ///< cuFile in its own compatibility mode (POSIX I/O plus copies inside cuFile)
     staged,         ///< ferry's pipelined pinned buffers, buffered reads
     staged_direct,  ///< ferry's pipelined pinned buffers, O_DIRECT reads

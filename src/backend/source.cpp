@@ -20,4 +20,9 @@ void source::write_device(const void*, std::size_t, std::size_t, std::uint64_t, 
 void source::sync() { cannot(*this, "sync"); }
 void source::truncate(std::uint64_t) { cannot(*this, "truncate"); }
 
+source* source::alternative(std::string_view kind, unavailable_reason& why) {
+    why = {std::string(this->kind()) + " source has no " + std::string(kind) + " alternative", 0};
+    return nullptr;
+}
+
 }  // namespace ferry::detail

@@ -17,6 +17,15 @@
 
 namespace ferry::detail {
 
+/// Why a source (or one of its alternatives) cannot be used: plain words, and the code of what
+/// refused (a cuFile status; 0 when there is none).
+struct unavailable_reason {
+    std::string text;
+    int code = 0;
+    /// The text says that the udev database is missing (why cuFile cannot register files).
+    bool udev_missing = false;
+};
+
 /// What a source can do and what it needs, as facts for the planner.
 struct source_traits {
     /// 0: reads and writes land at any address, offset and length. Otherwise each of the three
@@ -72,6 +81,13 @@ public:
     virtual void truncate(std::uint64_t size);
     /// Releases what the source holds and reports the first error. Later calls do nothing.
     virtual void close() {}
+
+    /// Another source over the same bytes that the planner may pick instead of this one (a local
+    /// file offers "direct" and "cufile"). Opened on first ask, owned by this source (valid until
+    /// its close()); null, with the reason in `why`, when it cannot be used. Thread safe.
+    virtual source* alternative(std::string_view kind, unavailable_reason& why);
+    /// The fraction of the bytes in the page cache, in [0, 1]; -1 when unknown or meaningless.
+    virtual double cached_fraction() { return -1; }
 };
 
 }  // namespace ferry::detail

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <utility>
 
-#include "shim/fault_hook.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::detail {
 namespace {

@@ -15,7 +15,7 @@ namespace ferry::detail {
 /// True when a driver and at least one device are usable. Cached; never throws.
 bool cuda_available();
 
-/// The fault-injection seam for CUDA (see shim/fault_hook.hpp): every runtime call that can
+/// The fault-injection seam for CUDA (see os/fault_hook.hpp): every runtime call that can
 /// fail, and every kernel launch, asks it first under the call's name. Returns the error an
 /// injected fault stands for (cudaErrorMemoryAllocation for ENOMEM, else cudaErrorUnknown), or
 /// cudaSuccess. Releases (cudaFree, cudaFreeHost, the destroy calls) and the pointer-kind query

@@ -13,12 +13,8 @@
 #include "doctor/system_probe.hpp"
 #include "doctor/text_report.hpp"
 #include "ferry/version.hpp"
-// plan_read_path: the engine's choice of path, shared with every transfer.
-#if __has_include("io/path_selector.hpp")
-#include "io/path_selector.hpp"
-#else
+// plan_read_route: the engine's choice of route, shared with every transfer.
 #include "io/file_impl.hpp"
-#endif
 #include "shim/cufile.hpp"
 
 namespace ferry {
@@ -172,9 +168,11 @@ json gds_section(const json& r, const settings& s) {
     return g;
 }
 
-bool mentions(const std::vector<std::string>& reasons, std::string_view word) {
-    return std::any_of(reasons.begin(), reasons.end(),
-                       [&](const std::string& r) { return r.find(word) != std::string::npos; });
+/// Whether the planner already gave a reason that `matches` (by its code and fields, never by
+/// its words).
+template <class Match>
+bool said(const detail::plan_result& plan, Match matches) {
+    return std::any_of(plan.reasons.begin(), plan.reasons.end(), matches);
 }
 
 void add_action(json& actions, const std::string& a) {
@@ -189,6 +187,7 @@ void add_action(json& actions, const std::string& a) {
 
 doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, json& actions) {
     doctor_path_verdict v;
+    detail::plan_result plan;
     v.path = p["path"].get<std::string>();
     const std::string type = text_of(p, "type");
     if (!truthy(p, "exists")) {
@@ -198,9 +197,9 @@ doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, 
         v.reasons.push_back(v.path + " is a " + type + ", not a regular file or directory");
     } else {
         try {
-            path_plan plan = detail::plan_read_path(v.path, s);
-            v.route = plan.path;
-            v.reasons = std::move(plan.reasons);
+            plan = detail::plan_read_route(v.path, s);
+            v.route = plan.chosen.counted_as;
+            v.reasons = plan.texts();
         } catch (const std::exception& e) {
             v.reasons.push_back(std::string("no read path: ") + e.what());
         }
@@ -227,13 +226,15 @@ doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, 
             v.reasons.push_back("O_DIRECT is refused here (" + text_of(dio, "error") + ")");
         const json& udev = p["udev"];
         if (udev.is_object() && (!truthy(udev, "exists") || udev["id_fs_usage"].is_null()) &&
-            !mentions(v.reasons, "udev"))
+            !said(plan, [](const detail::reason& r) { return r.udev_missing; }))
             v.reasons.push_back("no udev record with ID_FS_USAGE for block device " +
                                 text_of(p["block_device"], "device") + " (" + text_of(udev, "record") +
                                 "): " + udev_failure);
         const json& reg = p["cufile_register"];
         if (reg.is_object() && truthy(reg, "attempted") && !truthy(reg, "ok") &&
-            !mentions(v.reasons, "error " + std::to_string(reg["status"].get<int>())))
+            !said(plan, [&](const detail::reason& r) {
+                return r.code == detail::reason_code::cufile_unusable && r.status == reg["status"].get<int>();
+            }))
             v.reasons.push_back("cuFileHandleRegister of " + text_of(reg, "file") + " fails with error " +
                                 std::to_string(reg["status"].get<int>()) + " (" + text_of(reg, "message") + ")");
         const json& deny = field(field(field(report, "cufile"), "config"), "denylist");

@@ -14,9 +14,10 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/gds/cufile_handle.hpp"
+#include "backend/cufile/cufile_handle.hpp"
 #include "doctor/mount_table.hpp"
-#include "io/posix_io.hpp"
+#include "os/alignment.hpp"
+#include "os/posix_io.hpp"
 #include "shim/cufile.hpp"
 
 namespace ferry::doctor {

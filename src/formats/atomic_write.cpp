@@ -12,7 +12,7 @@
 #include <random>
 
 #include "ferry/error.hpp"
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::formats {
 namespace {

@@ -8,22 +8,30 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "cuda/cuda_runtime.hpp"
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
 namespace {
 fork_safe_mutex registry_mutex;  // never left taken in a forked child
+using tuning = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
 struct cached {
-    std::tuple<std::size_t, std::size_t, std::size_t, std::size_t> k;
-    pid_t pid = 0;
+    tuning k;
     std::shared_ptr<engine> e;
+};
+struct engines {
+    pid_t pid = 0;
+    std::vector<cached> by_use;  ///< one engine per tuning, the most recently asked for last
 };
 // Made at load, not on first use (a fork inside a first-use initialization would leave its
 // guard taken in the child), and never destroyed by a static destructor, which would run
-// whether or not files still use the engine; release_at_exit below decides instead.
-cached* const last = new cached();
+// whether or not files still use the engines; release_at_exit below decides instead.
+engines* const cache = new engines();
+// Engines no file uses are kept for the tunings asked for last, so that opening a file again
+// finds its workers and pinned memory; older unused ones give their memory back.
+constexpr std::size_t unused_kept = 2;
 
 std::atomic<bool> exit_handler_registered{false};
 
@@ -34,10 +42,18 @@ std::atomic<bool> exit_handler_registered{false};
 void release_at_exit() {
     if (thread_pool::worker_index() >= 0) return;
     std::unique_lock lock(registry_mutex, std::try_to_lock);
-    if (!lock.owns_lock() || !last->e || last->pid != ::getpid() || last->e.use_count() != 1) return;
-    std::shared_ptr<engine> e = std::move(last->e);
+    if (!lock.owns_lock() || cache->pid != ::getpid()) return;
+    std::vector<std::shared_ptr<engine>> unused;
+    for (auto it = cache->by_use.begin(); it != cache->by_use.end();) {
+        if (it->e.use_count() == 1) {
+            unused.push_back(std::move(it->e));
+            it = cache->by_use.erase(it);
+        } else {
+            ++it;
+        }
+    }
     lock.unlock();
-    e.reset();
+    unused.clear();
 }
 
 constexpr std::size_t lane_count = 4;
@@ -73,31 +89,43 @@ std::size_t engine::pending() const {
 }
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
-    decltype(cached::k) k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
+    tuning k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
     // Handlers run in reverse order of registration: this one must come after the CUDA
     // runtime's, which it registers when first used (here, at the latest).
     // (An atomic, not a function-local static: a fork during its initialization would leave
     // the child waiting on the guard.)
     if (!exit_handler_registered.load() && cuda_available() && !exit_handler_registered.exchange(true))
         std::atexit(release_at_exit);
+    std::vector<std::shared_ptr<engine>> released;  // freed after the lock is let go
     std::lock_guard lock(registry_mutex);
-    if (last->e && last->pid != ::getpid()) {
-        // A forked child: the parent's workers do not exist here, so the engine can neither
-        // run tasks nor be joined. Abandon it (its memory stays) and start afresh.
-        new std::shared_ptr<engine>(std::move(last->e));
+    if (cache->pid != ::getpid()) {
+        // A forked child: the parent's workers do not exist here, so its engines can neither
+        // run tasks nor be joined. Abandon them (their memory stays) and start afresh.
+        if (!cache->by_use.empty()) new std::vector<cached>(std::move(cache->by_use));
+        cache->by_use.clear();
+        cache->pid = ::getpid();
     }
-    if (!last->e || last->k != k) {
-        last->e.reset();  // free the previous engine's pinned memory first, if unused
+    auto& list = cache->by_use;
+    auto it = std::find_if(list.begin(), list.end(), [&](const cached& c) { return c.k == k; });
+    cached found;
+    if (it != list.end()) {
+        found = std::move(*it);
+        list.erase(it);
+    } else {
         // The last owner of an engine can be a request finishing on one of the engine's own
         // workers, which cannot join itself: let another thread tear it down then.
-        last->e = std::shared_ptr<engine>(new engine(r), [](engine* e) {
+        found.k = k;
+        found.e = std::shared_ptr<engine>(new engine(r), [](engine* e) {
             if (thread_pool::worker_index() >= 0) std::thread([e] { delete e; }).detach();
             else delete e;
         });
-        last->k = k;
-        last->pid = ::getpid();
     }
-    return last->e;
+    std::size_t unused = 0;
+    for (auto i = list.rbegin(); i != list.rend(); ++i)
+        if (i->e.use_count() == 1 && ++unused > unused_kept) released.push_back(std::move(i->e));
+    list.erase(std::remove_if(list.begin(), list.end(), [](const cached& c) { return !c.e; }), list.end());
+    list.push_back(std::move(found));
+    return list.back().e;
 }
 
 }  // namespace ferry::detail

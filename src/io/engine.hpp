@@ -6,7 +6,7 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/staged/staging_pool.hpp"
+#include "io/staging_pool.hpp"
 #include "ferry/settings.hpp"
 #include "io/stream_lanes.hpp"
 #include "io/thread_pool.hpp"
@@ -18,8 +18,9 @@ public:
     explicit engine(const settings& resolved);
     ~engine();
 
-    /// The engine for these (resolved) settings: the last one made when its tuning matches,
-    /// else a new one. Files keep their engine alive.
+    /// The engine for these (resolved) settings: one per tuning (threads and staging), shared
+    /// by every file opened with it, so that loads of many files share one worker pool and one
+    /// staging budget. Files keep their engine alive; a few unused ones are kept for reuse.
     static std::shared_ptr<engine> shared(const settings& resolved);
 
     thread_pool& pool() noexcept { return pool_; }

@@ -1,5 +1,9 @@
-// The state behind ferry::file: descriptors, the lazily made O_DIRECT descriptor and cuFile
-// handle, counters, and the request machinery (split into tasks, run on the engine's workers).
+// The state behind ferry::file: the opened source (from the registry), counters, and the
+// request machinery: plan a route (io/planner), split the request into tasks and run them on
+// the engine's workers with the route's mover (io/movers).
+//
+// Files: file_impl.cpp (open, close, the source's own operations), file_route.cpp (planning),
+// file_requests.cpp (tasks), stream_ordered.cpp (requests in stream order).
 #pragma once
 
 #include <sys/types.h>
@@ -7,58 +11,71 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 
-#include "backend/gds/cufile_handle.hpp"
+#include "backend/source.hpp"
 #include "ferry/file.hpp"
 #include "io/engine.hpp"
-#include "io/posix_io.hpp"
+#include "io/movers/mover.hpp"
+#include "io/planner.hpp"
 #include "stats_counter.hpp"
 
 namespace ferry::detail {
 
+/// A read either wants every byte or stops at the end of the source.
+enum class exactness { exact, up_to_end };
+
 /// One request as the engine sees it.
 struct request {
-    bool is_write = false;
+    direction dir = direction::read;
     char* mem = nullptr;  ///< destination of a read, source of a write
     std::size_t n = 0;
     std::uint64_t offset = 0;
     memory_kind kind = memory_kind::host;
     int device = 0;
-    io_path path = io_path::host;
+    source* src = nullptr;  ///< the route's source: the file's, or one of its alternatives
+    mover how = mover::host;
+    io_path counted_as = io_path::host;
     /// The file side of a stream-ordered request (io/stream_ordered.cpp): not counted on its own
     /// (the request counts once, as a whole), and refused once the file is closed.
     bool file_side = false;
+    bool is_write() const noexcept { return dir == direction::write; }
 };
 
 class file_impl : public std::enable_shared_from_this<file_impl> {
 public:
-    file_impl(const std::string& path, open_mode mode, const settings& s);
+    /// Opens `location` through the source registry.
+    file_impl(const std::string& location, open_mode mode, const settings& s);
     ~file_impl();
 
-    const std::string& path() const noexcept { return path_; }
+    const std::string& path() const noexcept { return location_; }
     const settings& config() const noexcept { return config_; }
     std::uint64_t size() const;
 
-    /// Validates and plans a request; for reads with `exact`, throws end_of_file_error when
-    /// the file is too short, and without it shortens n to what the file has.
-    request prepare(bool is_write, const void* mem, std::size_t n, std::uint64_t offset, bool exact);
+    /// Validates and plans a request; for reads with exactness::exact, throws end_of_file_error
+    /// when the source is too short, else shortens n to what it has.
+    request prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e);
+    /// Called once when a request ended: the bytes moved, or the first error.
+    using completion = std::function<void(std::size_t, std::exception_ptr)>;
     /// Runs a prepared request on the engine's workers (or on `workers`); the future holds n
-    /// or the first error. Throws usage_error for a file side when the file was closed.
-    std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr);
+    /// or the first error, and `then` (if any) hears the same just before the future does.
+    /// Throws usage_error for a file side when the file was closed.
+    std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr, completion then = {});
     /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp).
     std::future<std::size_t> start_on_stream(const request& r, stream_t s);
     /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between
-    /// the file and host memory at `host`, on the file workers, which make no CUDA call and wait
-    /// on no CUDA work (so a CUDA host function may wait for the future).
+    /// the source and host memory at `host`, on the file workers, which make no CUDA call and
+    /// wait on no CUDA work (so a CUDA host function may wait for the future).
     std::future<std::size_t> start_file_side(const request& r, std::size_t pos, std::size_t len, char* host);
 
-    path_plan plan(memory_kind kind, std::size_t n, bool is_write);
+    /// The route of a request of `n` bytes to or from memory of `kind`, with its reasons.
+    /// Counts fallbacks; throws when the settings allow no usable route.
+    plan_result plan(memory_kind kind, std::size_t n, direction dir);
     io_stats stats() const { return counters_.snapshot(); }
     void sync() const;
     void truncate(std::uint64_t size) const;
@@ -69,33 +86,26 @@ private:
     friend struct stream_request;
     void check_open() const;
     void run_task(const request& r, std::size_t pos, std::size_t len);
-    void count(bool is_write, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
+    void move(source& src, mover how, const piece& p, const io_context& where);
+    void count(direction dir, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
     void fallback(const std::string& reason);
-    void log_plan_once(const path_plan& p, bool is_write);
-    /// The O_DIRECT descriptor, opened on first use; -1 with direct_reason_ when unusable.
-    int direct_fd();
-    /// The cuFile handle, registered on first use; null with gds_reason_ when unusable.
-    const cufile_handle* gds_handle();
+    void log_plan_once(const plan_result& p, direction dir);
+    /// The source a route names: the file's own, or one of its alternatives.
+    source* route_source(const route& r);
+    /// Why O_DIRECT cannot serve this file, or nullopt when it can.
+    std::optional<unavailable_reason> direct_unusable();
     void disable_direct(const std::string& why);
 
-    std::string path_;
+    std::string location_;
     open_mode mode_;
     settings config_;
     std::shared_ptr<engine> engine_;
     pid_t pid_;  ///< the process that opened the file (a forked child may not use it)
-    int fd_ = -1;
+    std::unique_ptr<source> source_;
 
     std::mutex direct_mutex_;
-    bool direct_tried_ = false;
-    int direct_fd_ = -1;
-    direct_alignment align_{};
-    std::string direct_reason_;
+    std::string direct_disabled_why_;
     std::atomic<bool> direct_disabled_{false};
-
-    std::mutex gds_mutex_;
-    bool gds_tried_ = false;
-    std::optional<cufile_handle> gds_;
-    std::string gds_reason_;
 
     stats_counter counters_;
     std::mutex log_mutex_;
@@ -107,8 +117,8 @@ private:
     std::atomic<bool> closed_{false};
 };
 
-/// The path a large read of `path` into GPU memory takes (a file, or for a directory a
+/// The route a large read of `path` into GPU memory takes (a file, or for a directory a
 /// temporary probe file inside it), with the reasons. Shared by the engine and `ferry doctor`.
-path_plan plan_read_path(const std::string& path, const settings& s);
+plan_result plan_read_route(const std::string& path, const settings& s);
 
 }  // namespace ferry::detail

@@ -104,7 +104,7 @@ struct stream_request {
 
     /// The host function of chunk i, in its lane's order.
     void on_lane(std::size_t i) {
-        if (!r.is_write) {
+        if (!r.is_write()) {
             start(i);  // the first chunk on its lane; later ones were started ahead
             start(i + lanes);
             wait(i);
@@ -126,7 +126,7 @@ struct stream_request {
             return;
         }
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
-        file->count(r.is_write, path, r.n, static_cast<std::uint64_t>(ns), 1);
+        file->count(r.dir, path, r.n, static_cast<std::uint64_t>(ns), 1);
         done.set_value(r.n);
     }
 };
@@ -177,24 +177,26 @@ void drain(stream_request& q, const std::vector<cudaStream_t>& streams) {
 
 std::future<std::size_t> file_impl::start_file_side(const request& r, std::size_t pos, std::size_t len, char* host) {
     request part;
-    part.is_write = r.is_write;
+    part.dir = r.dir;
     part.mem = host;
     part.n = len;
     part.offset = r.offset + pos;
     part.kind = memory_kind::pinned;
-    part.path = io_path::host;
+    part.src = source_.get();
+    part.how = mover::host;
+    part.counted_as = io_path::host;
     part.file_side = true;
     return start(part, &engine_->file_workers());
 }
 
 std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s) {
     if (!cuda_available())
-        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {path_});
+        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {location_});
     const bool on_gpu = r.kind == memory_kind::device || r.kind == memory_kind::managed;
     if (on_gpu && config_.gds == gds_mode::on)
         throw usage_error("stream-ordered requests go through ferry's pinned stream lanes, not cuFile, and "
                           "FERRY_GDS=on allows cuFile only; read or write without a stream, or use "
-                          "FERRY_GDS=auto: " + path_);
+                          "FERRY_GDS=auto: " + location_);
     auto q = std::make_shared<stream_request>();
     q->file = shared_from_this();
     q->r = r;
@@ -238,14 +240,14 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     std::vector<cudaStream_t> streams;
     for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream);
     try {
-        cuda_check(FERRY_CUDA(cudaEventRecord, d.start, cs), "cudaEventRecord (stream-ordered request)", {path_, r.offset, r.n});
+        cuda_check(FERRY_CUDA(cudaEventRecord, d.start, cs), "cudaEventRecord (stream-ordered request)", {location_, r.offset, r.n});
         for (cudaStream_t ls : streams)
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start, 0), "cudaStreamWaitEvent", {path_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start, 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
         for (std::size_t i = 0; i < count; ++i) {
             stream_lane& l = lane(i);
             const chunk& c = q->chunks[i];
-            const io_context where{path_, r.offset + c.pos, c.len};
-            if (!r.is_write) {
+            const io_context where{location_, r.offset + c.pos, c.len};
+            if (!r.is_write()) {
                 queue_chunk(l.stream, q, i);
                 cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream),
                            "cudaMemcpyAsync (stream lane to GPU)", where);
@@ -256,8 +258,8 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
             }
         }
         for (std::size_t i = 0; i < used; ++i) {
-            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done, lane(i).stream), "cudaEventRecord (stream lane)", {path_, r.offset, r.n});
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done, 0), "cudaStreamWaitEvent", {path_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done, lane(i).stream), "cudaEventRecord (stream lane)", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done, 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
         }
         queue_completion(cs, q);
     } catch (...) {

@@ -43,7 +43,7 @@ struct cufile_state {
         return have_properties &&
                (properties.nvfs.major_version != 0 || properties.nvfs.minor_version != 0);
     }
-    /// cuFile can do real direct DMA here (nvidia-fs, or P2PDMA as reported by its flags).
+    /// cuFile can do real direct DMA here: nvidia-fs is loaded (PCI P2PDMA is not detected).
     bool direct_dma() const;
     /// Usable at all (maybe only in compatibility mode).
     bool usable() const { return loaded && driver_open; }

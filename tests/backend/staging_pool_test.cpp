@@ -1,4 +1,4 @@
-#include "backend/staged/staging_pool.hpp"
+#include "io/staging_pool.hpp"
 #include "ferry/stats.hpp"
 #include "io/thread_pool.hpp"
 #include "test_util.hpp"

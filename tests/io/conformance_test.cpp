@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/memory_source.hpp"
 #include "ferry/ferry.hpp"
 #include "shim/cufile.hpp"
 #include "test_util.hpp"
@@ -20,6 +21,9 @@ struct path_case {
     ferry::gds_mode gds;
     ferry::direct_io_mode direct;
     io_path expected;
+    /// Plain paths open the test-only memory source (tests/backend/memory_source.cpp) instead
+    /// of the local file: the same checks over a source that is not a POSIX descriptor.
+    bool memory_source = false;
 };
 
 const path_case cases[] = {
@@ -31,6 +35,12 @@ const path_case cases[] = {
     {"staged_direct_device", memory_kind::device, ferry::gds_mode::off, ferry::direct_io_mode::on,
      io_path::staged_direct},
     {"cufile_device", memory_kind::device, ferry::gds_mode::on, ferry::direct_io_mode::off, io_path::cufile_compat},
+    {"memory_source_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host,
+     true},
+    {"memory_source_pinned", memory_kind::pinned, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host,
+     true},
+    {"memory_source_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_,
+     io_path::staged, true},
 };
 
 // Memory of one kind, with a view that can be filled and checked from the host.
@@ -94,6 +104,10 @@ protected:
         }
         path_ = dir_ / "data.bin";
         ferry::test::write_pattern_file(path_, file_size);
+        if (c.memory_source) ferry::test::register_memory_source("file");
+    }
+    void TearDown() override {
+        if (GetParam().memory_source) ferry::test::restore_local_files();
     }
 
     static constexpr std::size_t file_size = 24u << 20;

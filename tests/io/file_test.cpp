@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "ferry/ferry.hpp"
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // The fault-injection loop shared by the host and GPU fault tests: an operation runs once for
-// each k = 1, 2, ... with its k-th wrapped call failing (shim/fault_hook.hpp), until it gets
+// each k = 1, 2, ... with its k-th wrapped call failing (os/fault_hook.hpp), until it gets
 // through without reaching a k-th call. After every run: the result is byte-exact or the error
 // is the typed one for the call that failed, and no descriptor, pinned buffer or device
 // allocation leaked, the workers are idle, nothing hung.

@@ -113,7 +113,7 @@ TEST(fork_during_io, child_small_reads_work_and_the_parent_is_unaffected) {
 
 // Other threads busy with the library's process-wide locks (the global settings, the engine
 // registry, the process counters) while the main thread forks: without the fork handlers
-// (io/fork_safe_mutex.hpp) a child whose fork caught one of those locks taken would hang on it
+// (os/fork_safe_mutex.hpp) a child whose fork caught one of those locks taken would hang on it
 // forever. Every child must read correctly.
 TEST(fork_during_io, forks_while_other_threads_hold_process_wide_locks) {
 #ifdef FERRY_TEST_ASAN

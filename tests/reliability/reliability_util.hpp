@@ -22,7 +22,7 @@
 
 #include "ferry/settings.hpp"
 #include "io/engine.hpp"
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::test {
 

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "io/posix_io.hpp"
-#include "shim/sys.hpp"
+#include "os/alignment.hpp"
+#include "os/posix_io.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::detail {
 
@@ -17,11 +18,16 @@ const char* direct_read(int fd, std::size_t align, char* buffer, std::size_t cap
     // A read that crosses end of file returns short with a whole number of blocks or the
     // file's tail; only the wanted bytes must be there.
     std::size_t got = 0;
+    unsigned again = 0;
     while (got < span) {
         ssize_t r = sys::pread(fd, buffer + got, std::min(span - got, max_io_per_call),
                                static_cast<off_t>(begin + got));
         if (r < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) {
+                eagain_backoff(again++);
+                continue;
+            }
             throw system_error(errno, "O_DIRECT read failed", where);
         }
         if (r == 0) break;

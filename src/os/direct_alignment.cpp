@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "io/posix_io.hpp"
-#include "shim/fault_hook.hpp"
+#include "os/alignment.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::detail {
 

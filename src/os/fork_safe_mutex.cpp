@@ -1,4 +1,4 @@
-#include "io/fork_safe_mutex.hpp"
+#include "os/fork_safe_mutex.hpp"
 
 #include <pthread.h>
 

@@ -1,6 +1,6 @@
 // Every system call the library makes on files goes through here, so that tests can make any
 // of them fail or come up short (the fault-injection seam; CUDA and cuFile calls have theirs in
-// cuda/cuda_runtime.hpp and backend/gds). Without a hook installed, each wrapper is the call itself
+// cuda/cuda_runtime.hpp and backend/cufile). Without a hook installed, each wrapper is the call itself
 // plus one predictable branch. The doctor's read-only probes are diagnostics, not data paths,
 // and call libc directly.
 #pragma once
@@ -12,9 +12,10 @@
 
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>  // rename
+#include <cstdio>   // rename
+#include <cstdlib>  // mkstemp
 
-#include "shim/fault_hook.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::sys {
 
@@ -29,6 +30,19 @@ inline ssize_t pread(int fd, void* buf, std::size_t n, off_t off) {
 inline ssize_t pwrite(int fd, const void* buf, std::size_t n, off_t off) {
     if (inject("pwrite", &n)) return -1;
     return ::pwrite(fd, buf, n, off);
+}
+inline ssize_t write(int fd, const void* buf, std::size_t n) {
+    if (inject("write", &n)) return -1;
+    return ::write(fd, buf, n);
+}
+inline int access(const char* path, int mode) {
+    if (inject("access")) return -1;
+    return ::access(path, mode);
+}
+/// Creates and opens a unique file from `name_template` (ending in XXXXXX), close-on-exec.
+inline int mkstemp(char* name_template) {
+    if (inject("mkstemp")) return -1;
+    return ::mkostemp(name_template, O_CLOEXEC);
 }
 inline int fstat(int fd, struct stat* st) {
     if (inject("fstat")) return -1;

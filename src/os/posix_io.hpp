@@ -1,9 +1,10 @@
-// Whole-range pread/pwrite: retries EINTR, EAGAIN and short counts, and splits requests below
-// the kernel's per-call cap. Alignment queries for O_DIRECT.
+// Whole-range pread/pwrite: retries EINTR, EAGAIN (with backoff) and short counts, and splits
+// requests below the kernel's per-call cap.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ferry/error.hpp"
 
@@ -19,15 +20,8 @@ void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t offset, c
 /// Current size (fstat). Throws system_error.
 std::uint64_t file_size(int fd, const std::string& path);
 
-/// O_DIRECT alignment of an open file.
-struct direct_alignment {
-    std::size_t memory = 4096;  ///< buffer address alignment
-    std::size_t offset = 4096;  ///< file offset and length alignment
-    bool from_statx = false;    ///< reported by statx(STATX_DIOALIGN), else the 4096 fallback
-};
-direct_alignment query_direct_alignment(int fd);
-
-inline std::uint64_t align_down(std::uint64_t v, std::uint64_t a) { return v / a * a; }
-inline std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+/// Before the k-th retry of a call that failed with EAGAIN: nothing for the first few, then a
+/// yield, then sleeps growing to 1 ms, so that a busy device is not spun on.
+void eagain_backoff(unsigned k);
 
 }  // namespace ferry::detail

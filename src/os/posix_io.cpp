@@ -1,23 +1,39 @@
-#include "io/posix_io.hpp"
+#include "os/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::detail {
+
+void eagain_backoff(unsigned k) {
+    if (k < 4) return;
+    if (k < 16) {
+        std::this_thread::yield();
+        return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000u, 10u << std::min(k - 16, 7u))));
+}
 
 std::size_t pread_full(int fd, void* dst, std::size_t n, std::uint64_t offset, const io_context& where) {
     auto* p = static_cast<char*>(dst);
     std::size_t done = 0;
+    unsigned again = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
         ssize_t r = sys::pread(fd, p + done, want, static_cast<off_t>(offset + done));
         if (r < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) {
+                eagain_backoff(again++);
+                continue;
+            }
             throw system_error(errno, "read failed", where);
         }
         if (r == 0) break;  // end of file
@@ -30,11 +46,16 @@ void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t offset, c
     auto* p = static_cast<const char*>(src);
     std::size_t done = 0;
     int zero_writes = 0;
+    unsigned again = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
         ssize_t r = sys::pwrite(fd, p + done, want, static_cast<off_t>(offset + done));
         if (r < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) {
+                eagain_backoff(again++);
+                continue;
+            }
             throw system_error(errno, "write failed", where);
         }
         if (r == 0 && ++zero_writes > 3) throw system_error(ENOSPC, "write made no progress", where);

@@ -1,12 +1,11 @@
-#include "backend/staged/staged_backend.hpp"
-
+// The staged mover and the pipeline under it (staged_pipeline.hpp).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
-#include "backend/direct/direct_read.hpp"
-#include "backend/host/host_backend.hpp"
 #include "cuda/cuda_runtime.hpp"
-#include "io/posix_io.hpp"
+#include "io/movers/mover.hpp"
+#include "io/movers/staged_pipeline.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -19,11 +18,11 @@ void drain(staging_slot& slot, staging_slot::device_queue& q, const io_context& 
 
 }  // namespace
 
-void staged_read(staging_slot& slot, std::size_t buffer_size, const staged_source& src, char* dst,
-                 bool to_device, int device, std::size_t n, std::uint64_t offset, const io_context& where) {
-    std::size_t chunk = src.align ? direct_payload(buffer_size, src.align) : buffer_size;
-    staging_slot::device_queue* q = to_device ? &slot.on_device(device) : nullptr;
-    if (to_device) set_device(device);
+void stage_read(source& src, staging_slot& slot, std::size_t buffer_size, char* dst, std::optional<int> device,
+                std::size_t n, std::uint64_t offset, const io_context& where) {
+    const std::size_t chunk = src.payload(buffer_size);
+    staging_slot::device_queue* q = device ? &slot.on_device(*device) : nullptr;
+    if (device) set_device(*device);
     try {
         for (std::size_t pos = 0; pos < n;) {
             std::size_t len = std::min(chunk, n - pos);
@@ -31,14 +30,9 @@ void staged_read(staging_slot& slot, std::size_t buffer_size, const staged_sourc
             slot.next = (slot.next + 1) % slot.buffers.size();
             slot.wait_free(i);
             char* buf = slot.buffers[i];
-            const char* data = buf;
             io_context at{where.path, offset + pos, len};
-            if (src.align) {
-                data = direct_read(src.fd, src.align, buf, buffer_size, len, offset + pos, at);
-            } else {
-                host_read(src.fd, buf, len, offset + pos, at);
-            }
-            if (to_device) {
+            const char* data = src.read_into(buf, buffer_size, len, offset + pos, at);
+            if (q) {
                 cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst + pos, data, len, cudaMemcpyHostToDevice, q->stream),
                            "cudaMemcpyAsync (staged read)", at);
                 cuda_check(FERRY_CUDA(cudaEventRecord, q->events[i], q->stream), "cudaEventRecord (staged)", at);
@@ -59,8 +53,8 @@ void staged_read(staging_slot& slot, std::size_t buffer_size, const staged_sourc
     }
 }
 
-void staged_write(staging_slot& slot, std::size_t buffer_size, int fd, const char* src, int device,
-                  std::size_t n, std::uint64_t offset, const io_context& where) {
+void stage_write(source& dst, staging_slot& slot, std::size_t buffer_size, const char* from, int device,
+                 std::size_t n, std::uint64_t offset, const io_context& where) {
     staging_slot::device_queue& q = slot.on_device(device);
     set_device(device);
     const std::size_t nbuf = slot.buffers.size();
@@ -77,7 +71,7 @@ void staged_write(staging_slot& slot, std::size_t buffer_size, int fd, const cha
         slot.next = (slot.next + 1) % nbuf;
         slot.wait_free(i);
         io_context at{where.path, offset + issued, len};
-        cuda_check(FERRY_CUDA(cudaMemcpyAsync, slot.buffers[i], src + issued, len, cudaMemcpyDeviceToHost, q.stream),
+        cuda_check(FERRY_CUDA(cudaMemcpyAsync, slot.buffers[i], from + issued, len, cudaMemcpyDeviceToHost, q.stream),
                    "cudaMemcpyAsync (staged write)", at);
         cuda_check(FERRY_CUDA(cudaEventRecord, q.events[i], q.stream), "cudaEventRecord (staged)", at);
         slot.pending[i] = q.events[i];
@@ -91,13 +85,18 @@ void staged_write(staging_slot& slot, std::size_t buffer_size, int fd, const cha
             queued c = ring[head++];
             slot.wait_free(c.buffer);  // its copy from the GPU has landed
             if (issued < n) issue();   // keep the GPU busy while this chunk is written
-            host_write(fd, slot.buffers[c.buffer], c.len, offset + c.pos, {where.path, offset + c.pos, c.len});
+            dst.write(slot.buffers[c.buffer], c.len, offset + c.pos, {where.path, offset + c.pos, c.len});
         }
     } catch (...) {
         cudaStreamSynchronize(q.stream);
         std::fill(slot.pending.begin(), slot.pending.end(), nullptr);
         throw;
     }
+}
+
+void move_staged(source& src, const piece& p, staging_slot& slot, std::size_t buffer_size, const io_context& where) {
+    if (p.dir == direction::write) stage_write(src, slot, buffer_size, p.mem(), p.device, p.n, p.offset, where);
+    else stage_read(src, slot, buffer_size, p.mem(), p.device, p.n, p.offset, where);
 }
 
 }  // namespace ferry::detail

@@ -1,4 +1,4 @@
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry::sys {
 std::atomic<fault_hook> hook{nullptr};

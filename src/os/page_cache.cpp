@@ -1,4 +1,4 @@
-#include "io/page_cache.hpp"
+#include "os/page_cache.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "shim/fault_hook.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::detail {
 

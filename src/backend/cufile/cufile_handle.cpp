@@ -1,11 +1,11 @@
-#include "backend/gds/cufile_handle.hpp"
+#include "backend/cufile/cufile_handle.hpp"
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
-#include "io/posix_io.hpp"
-#include "shim/fault_hook.hpp"
+#include "os/posix_io.hpp"
+#include "os/fault_hook.hpp"
 
 namespace ferry::detail {
 
@@ -58,6 +58,7 @@ namespace {
 void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std::size_t n,
               std::uint64_t offset, const io_context& where) {
     std::size_t done = 0;
+    unsigned again = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
         ssize_t r = sys::inject("cuFileRead", &want)
@@ -65,7 +66,11 @@ void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std
                         : shim::cufile_functions().read(h.get(), base, want, static_cast<off_t>(offset + done),
                                                         static_cast<off_t>(buffer_offset + done));
         if (r < 0) {
-            if (r == -1 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (r == -1 && errno == EINTR) continue;
+            if (r == -1 && errno == EAGAIN) {
+                eagain_backoff(again++);
+                continue;
+            }
             throw_io(r, "cuFileRead failed", where);
         }
         if (r == 0) throw end_of_file_error(where, offset + done);
@@ -76,6 +81,7 @@ void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std
 void gds_write(const cufile_handle& h, const void* base, std::size_t buffer_offset, std::size_t n,
                std::uint64_t offset, const io_context& where) {
     std::size_t done = 0;
+    unsigned again = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
         ssize_t r = sys::inject("cuFileWrite", &want)
@@ -83,7 +89,11 @@ void gds_write(const cufile_handle& h, const void* base, std::size_t buffer_offs
                         : shim::cufile_functions().write(h.get(), base, want, static_cast<off_t>(offset + done),
                                                          static_cast<off_t>(buffer_offset + done));
         if (r < 0) {
-            if (r == -1 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (r == -1 && errno == EINTR) continue;
+            if (r == -1 && errno == EAGAIN) {
+                eagain_backoff(again++);
+                continue;
+            }
             throw_io(r, "cuFileWrite failed", where);
         }
         if (r == 0) throw system_error(ENOSPC, "cuFileWrite made no progress", where);

@@ -1,5 +1,5 @@
-// The fault-injection hook that every wrapped call consults: system calls (shim/sys.hpp), CUDA
-// runtime calls and kernel launches (cuda/cuda_runtime.hpp) and cuFile I/O (backend/gds). Free of
+// The fault-injection hook that every wrapped call consults: system calls (os/sys.hpp), CUDA
+// runtime calls and kernel launches (cuda/cuda_runtime.hpp) and cuFile I/O (backend/cufile). Free of
 // system headers, so that code which must include the kernel's own headers can use it too.
 #pragma once
 

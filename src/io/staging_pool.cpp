@@ -1,4 +1,4 @@
-#include "backend/staged/staging_pool.hpp"
+#include "io/staging_pool.hpp"
 
 #include <cstdlib>
 

@@ -1,0 +1,151 @@
+// Choosing a request's route: the facts about this file, its source and its engine handed to
+// the planner (io/planner.cpp), the probes it may ask, and the plan logged once.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "backend/registry.hpp"
+#include "cuda/cuda_runtime.hpp"
+#include "io/file_impl.hpp"
+#include "log.hpp"
+#include "os/sys.hpp"
+#include "shim/cufile.hpp"
+
+namespace ferry::detail {
+namespace {
+
+bool nvidia_fs_present() {
+    return sys::access("/proc/driver/nvidia-fs/stats", F_OK) == 0 || sys::access("/dev/nvidia-fs0", F_OK) == 0;
+}
+
+}  // namespace
+
+std::optional<unavailable_reason> file_impl::direct_unusable() {
+    if (direct_disabled_) {
+        std::lock_guard lock(direct_mutex_);
+        return unavailable_reason{direct_disabled_why_, 0};
+    }
+    unavailable_reason why;
+    source* d = source_->alternative("direct", why);
+    if (!d) return why;
+    std::size_t a = d->traits().align;
+    if (a > 4096 || 4096 % a != 0 || engine_->staging().buffer_size() < 4 * a)
+        return unavailable_reason{"O_DIRECT alignment of " + std::to_string(a) + " bytes does not fit the staging buffers", 0};
+    return std::nullopt;
+}
+
+void file_impl::disable_direct(const std::string& why) {
+    {
+        std::lock_guard lock(direct_mutex_);
+        if (direct_disabled_) return;
+        direct_disabled_why_ = why;
+        direct_disabled_ = true;
+    }
+    fallback("O_DIRECT: " + why + "; reading buffered");
+}
+
+source* file_impl::route_source(const route& r) {
+    if (r.source == source_->kind()) return source_.get();
+    unavailable_reason why;
+    source* s = source_->alternative(r.source, why);
+    if (!s) throw usage_error("internal: route through " + r.source + " without its source: " + why.text);
+    return s;
+}
+
+plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
+    const bool local = source_->kind() == "posix";
+    plan_facts f;
+    f.memory = kind;
+    f.size = n;
+    f.dir = dir;
+    f.source_kind = std::string(source_->kind());
+    f.offers_direct = local;
+    f.offers_cufile = local;
+    f.threads = config_.threads;
+    f.direct_io = config_.direct_io;
+    f.gds = config_.gds;
+    f.gds_threshold = config_.gds_threshold;
+    f.staging_buffers = engine_->staging().buffers_per_worker();
+    f.staging_buffer_size = engine_->staging().buffer_size();
+    f.cached_fraction = [this] { return source_->cached_fraction(); };
+    f.direct = [this] { return direct_unusable(); };
+    f.nvidia_fs_loaded = [] { return nvidia_fs_present(); };
+    f.cufile = [this]() -> std::optional<unavailable_reason> {
+        unavailable_reason why;
+        if (source_->alternative("cufile", why)) return std::nullopt;
+        return why;
+    };
+    f.nvfs_version = [this]() -> std::optional<std::pair<int, int>> {
+        const shim::cufile_state& cf = shim::cufile(config_.cufile_library);
+        if (!cf.direct_dma()) return std::nullopt;
+        return std::pair<int, int>(cf.properties.nvfs.major_version, cf.properties.nvfs.minor_version);
+    };
+    plan_result p = plan_route(f);
+    if (p.refusal) {
+        bool cufile = std::any_of(p.reasons.begin(), p.reasons.end(),
+                                  [](const reason& r) { return r.code == reason_code::cufile_unusable; });
+        if (cufile)
+            throw cufile_error(p.refusal->code, p.refusal->text, {location_});
+        throw usage_error(p.refusal->text + ": " + location_);
+    }
+    for (const auto& r : p.reasons)
+        if (r.fallback) fallback(r.text);
+    return p;
+}
+
+void file_impl::log_plan_once(const plan_result& p, direction dir) {
+    if (!log_enabled(log_level::info, config_)) return;
+    std::string line = location_ + ": " + (dir == direction::write ? "writes from " : "reads into ") +
+                       "this memory take the " + std::string(to_string(p.chosen.counted_as)) + " path";
+    for (const auto& r : p.reasons) line += "; " + r.text;
+    {
+        std::lock_guard lock(log_mutex_);
+        if (!logged_.insert(line).second) return;
+    }
+    log(log_level::info, config_, line);
+}
+
+void file_impl::fallback(const std::string& reason) {
+    note_process_fallback(reason);
+    if (counters_.add_fallback(reason)) log(log_level::info, config_, location_ + ": fallback: " + reason);
+}
+
+// ---- planning for the doctor ----
+
+plan_result plan_read_route(const std::string& path, const settings& s) {
+    struct stat st {};
+    std::string target = path;
+    std::string probe;
+    if (sys::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        probe = path + "/.ferry-probe-XXXXXX";
+        std::vector<char> name(probe.begin(), probe.end());
+        name.push_back('\0');
+        int fd = sys::mkstemp(name.data());
+        if (fd < 0) throw system_error(errno, "cannot create a probe file in", {path});
+        // A few blocks, so that O_DIRECT and cuFile registration have data to look at.
+        std::vector<char> zeros(1 << 16, 0);
+        ssize_t w = sys::write(fd, zeros.data(), zeros.size());
+        (void)w;
+        sys::close(fd);
+        target = probe = name.data();
+    }
+    plan_result p;
+    try {
+        auto f = std::make_shared<file_impl>(target, open_mode::read, s);
+        // What a read of a large file into device memory would do; for residency, look at the
+        // file itself (a fresh probe file is in the page cache).
+        p = f->plan(cuda_available() ? memory_kind::device : memory_kind::host, std::size_t(1) << 30, direction::read);
+        if (!cuda_available())
+            p.reasons.insert(p.reasons.begin(), {reason_code::no_gpu, "no GPU: " + cuda_unavailable_reason(), false});
+    } catch (...) {
+        if (!probe.empty()) sys::unlink(probe.c_str());
+        throw;
+    }
+    if (!probe.empty()) sys::unlink(probe.c_str());
+    return p;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,136 @@
+#include "io/planner.hpp"
+
+namespace ferry::detail {
+
+const char* to_string(reason_code c) {
+    switch (c) {
+        case reason_code::host_memory: return "host-memory";
+        case reason_code::direct_io_on: return "direct-io-on";
+        case reason_code::residency_unknown: return "residency-unknown";
+        case reason_code::residency: return "residency";
+        case reason_code::direct_unusable: return "direct-unusable";
+        case reason_code::managed_memory: return "managed-memory";
+        case reason_code::gds_off: return "gds-off";
+        case reason_code::below_gds_threshold: return "below-gds-threshold";
+        case reason_code::no_nvidia_fs: return "no-nvidia-fs";
+        case reason_code::cufile_unusable: return "cufile-unusable";
+        case reason_code::gds_direct_dma: return "gds-direct-dma";
+        case reason_code::cufile_compat_forced: return "cufile-compat-forced";
+        case reason_code::cufile_compat_slower: return "cufile-compat-slower";
+        case reason_code::no_device_dma: return "no-device-dma";
+        case reason_code::staging: return "staging";
+        case reason_code::no_gpu: return "no-gpu";
+    }
+    return "?";
+}
+
+std::string bytes_text(std::uint64_t n) {
+    if (n >= (1ull << 30) && n % (1ull << 30) == 0) return std::to_string(n >> 30) + " GiB";
+    if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
+    if (n >= (1ull << 10) && n % (1ull << 10) == 0) return std::to_string(n >> 10) + " KiB";
+    return std::to_string(n) + " bytes";
+}
+
+std::vector<std::string> plan_result::texts() const {
+    std::vector<std::string> v;
+    v.reserve(reasons.size());
+    for (const auto& r : reasons) v.push_back(r.text);
+    return v;
+}
+
+plan_result plan_route(const plan_facts& f) {
+    plan_result p;
+    auto say = [&](reason_code c, std::string text, bool fallback = false) {
+        p.reasons.push_back({c, std::move(text), fallback});
+    };
+    const bool is_write = f.dir == direction::write;
+
+    // Reads: buffered or O_DIRECT.
+    bool want_direct = false;
+    if (!is_write && f.offers_direct) {
+        if (f.direct_io == direct_io_mode::on) {
+            want_direct = true;
+            say(reason_code::direct_io_on, "FERRY_DIRECT_IO=on");
+        } else if (f.direct_io == direct_io_mode::auto_) {
+            double r = f.cached_fraction ? f.cached_fraction() : -1;
+            want_direct = r >= 0 && r < 0.5;
+            if (r < 0) say(reason_code::residency_unknown, "page-cache residency unknown: buffered reads");
+            else
+                say(reason_code::residency, std::to_string(static_cast<int>(r * 100)) +
+                                                "% of the file is in the page cache: " +
+                                                (want_direct ? "O_DIRECT reads" : "buffered reads"));
+        }
+        if (want_direct) {
+            std::optional<unavailable_reason> no = f.direct ? f.direct() : std::nullopt;
+            if (no) {
+                want_direct = false;
+                say(reason_code::direct_unusable, "O_DIRECT unusable: " + no->text);
+            }
+        }
+    }
+    const std::string reader = want_direct ? "direct" : f.source_kind;
+
+    if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) {
+        p.chosen = {reader, mover::host, want_direct ? io_path::direct : io_path::host};
+        p.reasons.insert(p.reasons.begin(),
+                         {reason_code::host_memory,
+                          std::string(to_string(f.memory)) + " memory: parallel " + (is_write ? "pwrite" : "pread") +
+                              " on " + std::to_string(f.threads) + " threads",
+                          false});
+        return p;
+    }
+
+    auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {
+        p.chosen = {reader, mover::staged, want_direct ? io_path::staged_direct : io_path::staged};
+        say(c, std::move(why), fallback);
+        say(reason_code::staging, "staged: " + std::to_string(f.threads) + " threads, " +
+                                      std::to_string(f.staging_buffers) + " x " +
+                                      bytes_text(f.staging_buffer_size) + " pinned buffers each");
+        return p;
+    };
+    if (f.memory == memory_kind::managed)
+        return use_staged(reason_code::managed_memory, "managed memory: cuFile reads only into device memory", false);
+    if (f.gds == gds_mode::off) return use_staged(reason_code::gds_off, "FERRY_GDS=off", false);
+    if (f.size < f.gds_threshold)
+        return use_staged(reason_code::below_gds_threshold,
+                          "request of " + bytes_text(f.size) + " is below FERRY_GDS_THRESHOLD (" +
+                              bytes_text(f.gds_threshold) + ")",
+                          false);
+    if (!f.offers_cufile) {
+        std::string why = f.source_kind + " source cannot move bytes to the GPU itself";
+        if (f.gds == gds_mode::on) p.refusal = unavailable_reason{"FERRY_GDS=on but " + why, 0};
+        return use_staged(reason_code::no_device_dma, why, false);
+    }
+    if (f.gds == gds_mode::auto_ && !(f.nvidia_fs_loaded && f.nvidia_fs_loaded()))
+        return use_staged(reason_code::no_nvidia_fs,
+                          "GPUDirect Storage: nvidia-fs is not loaded (no /proc/driver/nvidia-fs), so cuFile "
+                          "could only run in compatibility mode, slower than the staged path",
+                          true);
+    std::optional<unavailable_reason> no = f.cufile ? f.cufile() : unavailable_reason{"cuFile not probed", 0};
+    if (no) {
+        if (f.gds == gds_mode::on)
+            p.refusal = unavailable_reason{"FERRY_GDS=on but cuFile cannot be used: " + no->text, no->code};
+        plan_result& r = use_staged(reason_code::cufile_unusable, "GPUDirect Storage unusable: " + no->text, true);
+        reason& said = r.reasons[r.reasons.size() - 2];
+        said.status = no->code;
+        said.udev_missing = no->udev_missing;
+        return r;
+    }
+    if (auto v = f.nvfs_version ? f.nvfs_version() : std::nullopt) {
+        p.chosen = {"cufile", mover::device_dma, io_path::gds};
+        say(reason_code::gds_direct_dma, "GPUDirect Storage: cuFile with nvidia-fs " + std::to_string(v->first) +
+                                             "." + std::to_string(v->second));
+        return p;
+    }
+    if (f.gds == gds_mode::on) {
+        p.chosen = {"cufile", mover::device_dma, io_path::cufile_compat};
+        say(reason_code::cufile_compat_forced,
+            "FERRY_GDS=on: cuFile in compatibility mode (nvidia-fs not loaded: POSIX I/O "
+            "and copies inside cuFile, not GPUDirect Storage)");
+        return p;
+    }
+    return use_staged(reason_code::cufile_compat_slower,
+                      "GPUDirect Storage: cuFile would run in compatibility mode (nvidia-fs 0.0)", true);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,69 @@
+// The source registry: schemes, a source registered at run time, redaction.
+#include "backend/registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/memory_source.hpp"
+#include "ferry/ferry.hpp"
+#include "test_util.hpp"
+
+namespace ferry::detail {
+namespace {
+
+TEST(registry, scheme_of_a_location) {
+    EXPECT_EQ(scheme_of("/data/x.bin"), "file");
+    EXPECT_EQ(scheme_of("relative/x.bin"), "file");
+    EXPECT_EQ(scheme_of("file:///data/x.bin"), "file");
+    EXPECT_EQ(scheme_of("HTTPS://host/x"), "https");
+    EXPECT_EQ(scheme_of("s3://bucket/key"), "s3");
+    EXPECT_EQ(scheme_of("odd dir://x"), "file");
+}
+
+TEST(registry, redacts_credentials_and_queries) {
+    EXPECT_EQ(redact_location("https://user:secret@host/x?X-Amz-Signature=abc"),
+              "https://<redacted>@host/x?<redacted>");
+    EXPECT_EQ(redact_location("/plain/path"), "/plain/path");
+}
+
+TEST(registry, an_unknown_scheme_is_a_usage_error_naming_it) {
+    try {
+        open_source("nosuch://user:pw@host/x", open_mode::read, settings{});
+        FAIL() << "no error";
+    } catch (const usage_error& e) {
+        std::string m = e.what();
+        EXPECT_NE(m.find("nosuch"), std::string::npos) << m;
+        EXPECT_EQ(m.find("pw@"), std::string::npos) << m;
+    }
+}
+
+TEST(registry, a_scheme_registered_at_run_time_opens_through_ferry_file) {
+    test::register_memory_source("mem");
+    test::temp_dir dir;
+    std::string path = dir / "m.bin";
+    test::write_pattern_file(path, 3u << 20);
+    ferry::file f("mem://" + path);
+    std::vector<std::uint8_t> got(3u << 20);
+    EXPECT_EQ(f.read(got.data(), got.size(), 0), got.size());
+    EXPECT_EQ(got, test::pattern(got.size()));
+    EXPECT_GT(f.stats().reads(io_path::host).bytes, 0u);
+    EXPECT_TRUE(source_unavailable("memory", settings{}).empty());
+}
+
+TEST(registry, the_local_file_offers_direct_and_cufile_alternatives) {
+    test::temp_dir dir;
+    std::string path = dir / "a.bin";
+    test::write_pattern_file(path, 1u << 20);
+    auto s = open_source(path, open_mode::read, settings{});
+    EXPECT_EQ(s->kind(), "posix");
+    unavailable_reason why;
+    EXPECT_EQ(s->alternative("http", why), nullptr);
+    EXPECT_FALSE(why.text.empty());
+    source* d = s->alternative("direct", why);
+    if (d) EXPECT_GT(d->traits().align, 0u);
+    s->close();
+}
+
+}  // namespace
+}  // namespace ferry::detail

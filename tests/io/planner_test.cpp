@@ -1,0 +1,210 @@
+// The planner's rules, one table row each, from facts alone: no /proc, no cuFile, no GPU.
+#include "io/planner.hpp"
+
+#include <gtest/gtest.h>
+
+namespace ferry::detail {
+namespace {
+
+struct probes {
+    double cached = 1.0;
+    std::optional<unavailable_reason> direct;
+    bool nvidia_fs = false;
+    std::optional<unavailable_reason> cufile;
+    std::optional<std::pair<int, int>> nvfs;
+};
+
+plan_facts facts(memory_kind m, const probes& p, int* asked_cufile = nullptr) {
+    plan_facts f;
+    f.memory = m;
+    f.size = std::size_t(1) << 30;
+    f.threads = 16;
+    f.gds_threshold = 1 << 20;
+    f.staging_buffers = 2;
+    f.staging_buffer_size = 2 << 20;
+    f.cached_fraction = [p] { return p.cached; };
+    f.direct = [p] { return p.direct; };
+    f.nvidia_fs_loaded = [p] { return p.nvidia_fs; };
+    f.cufile = [p, asked_cufile] {
+        if (asked_cufile) ++*asked_cufile;
+        return p.cufile;
+    };
+    f.nvfs_version = [p] { return p.nvfs; };
+    return f;
+}
+
+std::vector<reason_code> codes(const plan_result& r) {
+    std::vector<reason_code> v;
+    for (const auto& x : r.reasons) v.push_back(x.code);
+    return v;
+}
+
+TEST(planner, host_memory_reads_buffered_with_pread) {
+    int asked = 0;
+    plan_result r = plan_route(facts(memory_kind::host, {}, &asked));
+    EXPECT_EQ(r.chosen.source, "posix");
+    EXPECT_EQ(r.chosen.how, mover::host);
+    EXPECT_EQ(r.chosen.counted_as, io_path::host);
+    ASSERT_EQ(r.reasons.size(), 1u);
+    EXPECT_EQ(r.reasons[0].text, "host memory: parallel pread on 16 threads");
+    EXPECT_EQ(asked, 0) << "a read into host memory never asks cuFile";
+}
+
+TEST(planner, pinned_memory_writes_with_pwrite) {
+    plan_facts f = facts(memory_kind::pinned, {});
+    f.dir = direction::write;
+    f.direct_io = direct_io_mode::on;  // writes never use O_DIRECT
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::host);
+    EXPECT_EQ(codes(r), std::vector<reason_code>{reason_code::host_memory});
+    EXPECT_EQ(r.reasons[0].text, "pinned memory: parallel pwrite on 16 threads");
+}
+
+TEST(planner, direct_io_on_reads_host_memory_with_o_direct) {
+    plan_facts f = facts(memory_kind::host, {});
+    f.direct_io = direct_io_mode::on;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.source, "direct");
+    EXPECT_EQ(r.chosen.counted_as, io_path::direct);
+    EXPECT_EQ(codes(r), (std::vector<reason_code>{reason_code::host_memory, reason_code::direct_io_on}));
+}
+
+TEST(planner, direct_io_auto_follows_page_cache_residency) {
+    probes cold;
+    cold.cached = 0.2;
+    plan_facts f = facts(memory_kind::host, cold);
+    f.direct_io = direct_io_mode::auto_;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::direct);
+    EXPECT_EQ(r.reasons[1].code, reason_code::residency);
+    EXPECT_EQ(r.reasons[1].text, "20% of the file is in the page cache: O_DIRECT reads");
+
+    probes hot;
+    hot.cached = 0.9;
+    f = facts(memory_kind::host, hot);
+    f.direct_io = direct_io_mode::auto_;
+    r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::host);
+    EXPECT_EQ(r.reasons[1].text, "90% of the file is in the page cache: buffered reads");
+
+    probes unknown;
+    unknown.cached = -1;
+    f = facts(memory_kind::host, unknown);
+    f.direct_io = direct_io_mode::auto_;
+    r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::host);
+    EXPECT_EQ(r.reasons[1].code, reason_code::residency_unknown);
+}
+
+TEST(planner, unusable_o_direct_reads_buffered_with_its_reason) {
+    probes p;
+    p.direct = unavailable_reason{"the file system refuses O_DIRECT (open: EINVAL)", 0};
+    plan_facts f = facts(memory_kind::device, p);
+    f.direct_io = direct_io_mode::on;
+    f.gds = gds_mode::off;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[1].code, reason_code::direct_unusable);
+    EXPECT_EQ(r.reasons[1].text, "O_DIRECT unusable: the file system refuses O_DIRECT (open: EINVAL)");
+}
+
+TEST(planner, managed_memory_is_staged) {
+    plan_result r = plan_route(facts(memory_kind::managed, {}));
+    EXPECT_EQ(r.chosen.how, mover::staged);
+    EXPECT_EQ(codes(r), (std::vector<reason_code>{reason_code::managed_memory, reason_code::staging}));
+    EXPECT_EQ(r.reasons[1].text, "staged: 16 threads, 2 x 2 MiB pinned buffers each");
+}
+
+TEST(planner, gds_off_is_staged_and_o_direct_makes_it_staged_direct) {
+    plan_facts f = facts(memory_kind::device, {});
+    f.gds = gds_mode::off;
+    f.direct_io = direct_io_mode::on;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.source, "direct");
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged_direct);
+    EXPECT_EQ(r.reasons[1].text, "FERRY_GDS=off");
+}
+
+TEST(planner, small_requests_are_staged) {
+    plan_facts f = facts(memory_kind::device, {});
+    f.size = 4097;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].text, "request of 4097 bytes is below FERRY_GDS_THRESHOLD (1 MiB)");
+    EXPECT_FALSE(r.reasons[0].fallback);
+}
+
+TEST(planner, auto_without_nvidia_fs_falls_back_to_staged) {
+    int asked = 0;
+    plan_result r = plan_route(facts(memory_kind::device, {}, &asked));
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].code, reason_code::no_nvidia_fs);
+    EXPECT_TRUE(r.reasons[0].fallback);
+    EXPECT_EQ(asked, 0) << "cuFile is not even loaded";
+}
+
+TEST(planner, unusable_cufile_falls_back_or_is_refused_under_gds_on) {
+    probes p;
+    p.nvidia_fs = true;
+    p.cufile = unavailable_reason{"cuFileHandleRegister failed with error 5027 (x)", 5027};
+    plan_result r = plan_route(facts(memory_kind::device, p));
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].text, "GPUDirect Storage unusable: cuFileHandleRegister failed with error 5027 (x)");
+    EXPECT_TRUE(r.reasons[0].fallback);
+    EXPECT_FALSE(r.refusal);
+
+    plan_facts on = facts(memory_kind::device, p);
+    on.gds = gds_mode::on;
+    r = plan_route(on);
+    ASSERT_TRUE(r.refusal);
+    EXPECT_EQ(r.refusal->code, 5027);
+    EXPECT_EQ(r.refusal->text, "FERRY_GDS=on but cuFile cannot be used: cuFileHandleRegister failed with error 5027 (x)");
+}
+
+TEST(planner, nvidia_fs_makes_it_gds) {
+    probes p;
+    p.nvidia_fs = true;
+    p.nvfs = std::pair<int, int>(2, 17);
+    plan_result r = plan_route(facts(memory_kind::device, p));
+    EXPECT_EQ(r.chosen.source, "cufile");
+    EXPECT_EQ(r.chosen.how, mover::device_dma);
+    EXPECT_EQ(r.chosen.counted_as, io_path::gds);
+    EXPECT_EQ(r.reasons[0].text, "GPUDirect Storage: cuFile with nvidia-fs 2.17");
+}
+
+TEST(planner, compatibility_mode_only_when_asked_for) {
+    probes p;
+    p.nvidia_fs = true;
+    plan_result r = plan_route(facts(memory_kind::device, p));
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].code, reason_code::cufile_compat_slower);
+    EXPECT_TRUE(r.reasons[0].fallback);
+
+    plan_facts on = facts(memory_kind::device, p);
+    on.gds = gds_mode::on;
+    r = plan_route(on);
+    EXPECT_EQ(r.chosen.counted_as, io_path::cufile_compat);
+    EXPECT_EQ(r.reasons[0].code, reason_code::cufile_compat_forced);
+}
+
+TEST(planner, a_source_without_alternatives_is_staged_and_never_o_direct) {
+    plan_facts f = facts(memory_kind::device, {});
+    f.source_kind = "http";
+    f.offers_direct = false;
+    f.offers_cufile = false;
+    f.direct_io = direct_io_mode::on;
+    plan_result r = plan_route(f);
+    EXPECT_EQ(r.chosen.source, "http");
+    EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].code, reason_code::no_device_dma);
+    f.gds = gds_mode::on;
+    EXPECT_TRUE(plan_route(f).refusal);
+}
+
+TEST(planner, every_code_has_a_name) {
+    for (int c = 0; c <= static_cast<int>(reason_code::no_gpu); ++c)
+        EXPECT_STRNE(to_string(static_cast<reason_code>(c)), "?");
+}
+
+}  // namespace
+}  // namespace ferry::detail
