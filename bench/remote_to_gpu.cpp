@@ -1,4 +1,5 @@
-// ferry_remote_bench URL: reads a remote object (http://, https://, s3://) through ferry's remote
+// ferry_remote_bench URL (remote_to_gpu.cpp; not a *_bench.cpp, which the micro-benchmarks
+// glob): reads a remote object (http://, https://, s3://) through ferry's remote
 // sources into GPU memory (or host memory) with the planned concurrency and range size, and
 // prints the rate. Each worker owns a pinned buffer: a ranged GET lands there, then a copy moves
 // it to its place in one device allocation. Used by bench/remote_bench.sh.
