@@ -65,7 +65,7 @@ protected:
         settings s;
         s.remote_retry_delay_ms = 5;
         s.remote_retries = 3;
-        return detail::open_s3_source(url, mode, s, o, env);
+        return detail::open_s3_object(url, mode, s, o, env);
     }
     static inline moto_server* server_ = nullptr;
     static inline temp_dir* dir_ = nullptr;
@@ -128,7 +128,7 @@ TEST_F(moto_test, virtual_host_addressing_reaches_the_bucket) {
     };
     settings s;
     s.s3_addressing = "virtual";
-    auto src = detail::open_s3_source("s3://data/dir/object.bin", open_mode::read, s, {}, env);
+    auto src = detail::open_s3_object("s3://data/dir/object.bin", open_mode::read, s, {}, env);
     auto& s3 = dynamic_cast<detail::s3_source&>(*src);
     EXPECT_FALSE(s3.where().path_style);
     EXPECT_EQ(s3.where().object_url, "http://data.s3.localhost:" + std::to_string(server_->port()) + "/dir/object.bin");
@@ -225,7 +225,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
         settings s;
         s.remote_retries = 1;
         s.remote_retry_delay_ms = 1;
-        return detail::open_s3_source(url, mode, s, {}, env);
+        return detail::open_s3_object(url, mode, s, {}, env);
     };
     auto src = open_with("s3://signed/a/o.bin", secret);
     std::vector<char> got(1000);

@@ -152,8 +152,10 @@ remote_identity http_source::probe() {
 }
 
 void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where_in) {
+    // Messages name the redacted location, whatever the caller calls it (a presigned URL's
+    // signature must not reach an error).
     io_context where = where_in;
-    if (where.path.empty()) where.path = target_.location;
+    where.path = target_.location;
     if (n == 0) return;
     if (offset > identity_.size || n > identity_.size - offset) throw end_of_file_error(where, identity_.size);
 
