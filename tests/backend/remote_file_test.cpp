@@ -9,6 +9,7 @@
 #include "backend/registry.hpp"
 #include "backend/remote_servers.hpp"
 #include "ferry/checksum.hpp"
+#include "ferry/doctor.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/formats.hpp"
@@ -165,6 +166,36 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     std::string out = run_cli("info s3://ckpt/model/m.safetensors", &rc);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_THROW(load_any("s3://ckpt/model/missing.safetensors"), remote_error);
+
+    // The doctor on the prefix: the bucket answers, the environment's keys signed, a probe ran.
+    doctor_options d;
+    d.paths = {"s3://ckpt/model/", "s3://ckpt/empty/"};
+    doctor_report report = run_doctor(d);
+    ASSERT_EQ(report.paths.size(), 2u);
+    EXPECT_EQ(report.paths[0].route, io_path::staged);
+    EXPECT_NE(report.json.find("\"credentials\": \"environment\""), std::string::npos) << report.json;
+    EXPECT_NE(report.json.find("planned_gbps"), std::string::npos);
+    EXPECT_NE(report.json.find("\"region\": \"us-east-1\""), std::string::npos);
+    EXPECT_NE(report.json.find("\"objects\": 0"), std::string::npos);
+    EXPECT_EQ(report.json.find("testing:testing"), std::string::npos);
+    EXPECT_NE(report.text.find("Remote s3://ckpt/model/"), std::string::npos) << report.text;
+}
+
+TEST_F(remote_file_test, the_doctor_probes_a_url) {
+    doctor_options d;
+    d.paths = {server_->url("raw.bin"), server_->url("nope.bin?token=s3cr3t")};
+    doctor_report report = run_doctor(d);
+    ASSERT_EQ(report.paths.size(), 2u);
+    EXPECT_EQ(report.paths[0].route, io_path::staged);
+    EXPECT_FALSE(report.paths[1].route);
+    EXPECT_NE(report.json.find("latency_ms"), std::string::npos);
+    EXPECT_NE(report.json.find("one_connection_gbps"), std::string::npos);
+    EXPECT_EQ(report.json.find("s3cr3t"), std::string::npos);
+    EXPECT_EQ(report.text.find("s3cr3t"), std::string::npos);
+    int rc = 0;
+    std::string out = run_cli("doctor " + server_->url("raw.bin"), &rc);
+    EXPECT_NE(out.find("throughput"), std::string::npos) << out;
+    EXPECT_NE(out.find("ranged GETs"), std::string::npos) << out;
 }
 
 }  // namespace
