@@ -219,10 +219,11 @@ std::string to_json(const settings& s) {
     j["cufile_library"] = s.cufile_library;
     j["remote_concurrency"] = s.remote_concurrency;
     j["remote_range_size"] = s.remote_range_size;
-    j["remote_connect_timeout_ms"] = s.remote_connect_timeout_ms;
-    j["remote_stall_timeout_ms"] = s.remote_stall_timeout_ms;
+    // Keys are the variables' names (Python's ferry.settings attributes); durations in ms.
+    j["remote_connect_timeout"] = s.remote_connect_timeout_ms;
+    j["remote_timeout"] = s.remote_stall_timeout_ms;
     j["remote_retries"] = s.remote_retries;
-    j["remote_retry_delay_ms"] = s.remote_retry_delay_ms;
+    j["remote_retry_delay"] = s.remote_retry_delay_ms;
     j["remote_ca_bundle"] = s.remote_ca_bundle;
     j["s3_addressing"] = s.s3_addressing;
     return j.dump();
