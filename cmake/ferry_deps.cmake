@@ -7,8 +7,8 @@ find_package(CUDAToolkit REQUIRED)
 find_package(Threads REQUIRED)
 # libcurl (Debian's, OpenSSL flavour): HTTP(S) and S3 sources, SigV4 signing (src/backend/http, s3).
 find_package(CURL REQUIRED)
-if(CURL_VERSION_STRING VERSION_LESS 7.75)
-  message(FATAL_ERROR "ferry needs libcurl >= 7.75 (CURLOPT_AWS_SIGV4); found ${CURL_VERSION_STRING}")
+if(CURL_VERSION_STRING VERSION_LESS 7.85)
+  message(FATAL_ERROR "ferry needs libcurl >= 7.85 (CURLOPT_AWS_SIGV4, CURLOPT_PROTOCOLS_STR); found ${CURL_VERSION_STRING}")
 endif()
 
 function(ferry_find_header var header what)
