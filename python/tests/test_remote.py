@@ -146,5 +146,14 @@ def test_s3_through_moto(tmp_path, monkeypatch):
             ferry.load("s3://ckpt/x/missing.npy")
         assert e.value.status == 404
         assert e.value.credentials == "environment"
+        # Saves go up as multipart uploads and load back the same.
+        ferry.save("s3://ckpt/y/b.npy", a)
+        ferry.save("s3://ckpt/y/m.safetensors", {"a": a})
+        np.testing.assert_array_equal(ferry.load("s3://ckpt/y/b.npy"), a)
+        np.testing.assert_array_equal(ferry.load("s3://ckpt/y/m.safetensors")["a"], a)
+        body = s3.get_object(Bucket="ckpt", Key="y/b.npy")["Body"].read()
+        with open(tmp_path / "b.npy", "wb") as f:
+            f.write(body)
+        np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), a)
     finally:
         _stop(proc)

@@ -167,6 +167,16 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     EXPECT_EQ(rc, 0) << out;
     EXPECT_THROW(load_any("s3://ckpt/model/missing.safetensors"), remote_error);
 
+    // Saves to s3:// are multipart uploads: the object appears whole, and loads back the same.
+    save_safetensors("s3://ckpt/saved/m.safetensors", {{"x", local.arrays[0].value}});
+    array f32 = fromfile(dir / "raw.bin", typed_order{dtype::float32});
+    save_npy("s3://ckpt/saved/a.npy", f32);
+    tofile(local.arrays[0].value, "s3://ckpt/saved/a.bin");
+    EXPECT_EQ(checksum(load_any("s3://ckpt/saved/m.safetensors").arrays[0].value), checksum(local.arrays[0].value));
+    EXPECT_EQ(checksum(load_npy("s3://ckpt/saved/a.npy")), checksum(f32));
+    EXPECT_EQ(ferry::file("s3://ckpt/saved/a.bin").size(), local.arrays[0].value.nbytes());
+    EXPECT_THROW(save_npy("https://127.0.0.1:1/a.npy", f32), usage_error);
+
     // The doctor on the prefix: the bucket answers, the environment's keys signed, a probe ran.
     doctor_options d;
     d.paths = {"s3://ckpt/model/", "s3://ckpt/empty/"};

@@ -143,7 +143,7 @@ void s3_object_writer::truncate(std::uint64_t size) {
     truncated_ = true;
 }
 
-void s3_object_writer::close() {
+void s3_object_writer::sync() {
     std::map<std::size_t, part> rest;
     std::uint64_t size;
     {

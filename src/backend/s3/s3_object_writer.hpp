@@ -1,10 +1,11 @@
-// Writing an S3 object by multipart upload: the object appears whole when close() completes
-// the upload, or not at all (a failed or abandoned writer aborts the upload, so no part lingers
-// and no partial object is ever visible).
+// Writing an S3 object by multipart upload: the object appears whole when sync() completes the
+// upload, or not at all (a failed writer, or one closed or dropped without sync(), aborts the
+// upload, so no part lingers and no partial object is ever visible). sync() is the commit: a
+// ferry::file closed by its destructor after an exception must not publish what it had so far.
 //
 // Writes may come from many threads at any offsets (as the engine's tasks do): bytes are
 // gathered into part-sized buffers, part k holding [k * part_size, (k + 1) * part_size), and a
-// part is uploaded by the thread that fills it. close() uploads the last, short part and
+// part is uploaded by the thread that fills it. sync() uploads the last, short part and
 // completes; a byte range never written is an error there. Each byte is written once.
 #pragma once
 
@@ -32,11 +33,13 @@ public:
     std::uint64_t size() override;
     void read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) override;
     void write(const char* src, std::size_t n, std::uint64_t offset, const io_context& where) override;
-    void sync() override {}  // the object appears at close()
+    /// Uploads what is left and completes the upload: the object appears now, whole. Later
+    /// writes are errors; later sync() calls do nothing.
+    void sync() override;
     void truncate(std::uint64_t size) override;
-    /// Uploads what is left and completes the upload: the object appears now, whole.
-    void close() override;
-    /// Aborts the upload: nothing appears. close() after abort() does nothing.
+    /// Aborts the upload unless sync() completed it: nothing appears.
+    void close() override { abort(); }
+    /// Aborts the upload: nothing appears. Does nothing after sync().
     void abort() noexcept;
 
     std::size_t part_size() const noexcept { return part_size_; }
