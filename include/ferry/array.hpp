@@ -2,6 +2,8 @@
 // order, shape and layout (C or Fortran order), exportable through DLPack without a copy.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,7 @@
 namespace ferry {
 
 /// Where an array's memory lives: pageable host memory, pinned host memory, or a GPU.
-struct placement {
+struct FERRY_EXPORT placement {
     memory_kind kind = memory_kind::host;
     int device = 0;  ///< the GPU, for memory_kind::device and managed
 
@@ -30,13 +32,13 @@ struct placement {
 };
 
 /// "host", "pinned", "cuda:N" (device) or "managed:N".
-std::string to_string(const placement& p);
+FERRY_EXPORT std::string to_string(const placement& p);
 /// Parses "host", "pinned", "cuda", "cuda:N". Throws usage_error on anything else.
-placement parse_placement(std::string_view text);
+FERRY_EXPORT placement parse_placement(std::string_view text);
 
 /// Element order in memory: C (row-major, last index fastest) or Fortran (first index fastest).
 enum class storage_order : std::uint8_t { c, fortran };
-std::string_view to_string(storage_order o) noexcept;
+FERRY_EXPORT std::string_view to_string(storage_order o) noexcept;
 
 /// A dense array. The elements are contiguous in C or Fortran order (no other strides).
 ///
@@ -47,7 +49,7 @@ std::string_view to_string(storage_order o) noexcept;
 ///
 /// Thread safety: const member functions may be called from many threads; writing the
 /// elements while another thread reads them is a data race, as for any memory.
-class array {
+class FERRY_EXPORT array {
 public:
     /// An empty array: no storage, dtype uint8, shape (0,).
     array();
@@ -113,16 +115,16 @@ private:
 };
 
 /// An array with a name (a safetensors tensor; "" for a .npy or raw file).
-struct named_array {
+struct FERRY_EXPORT named_array {
     std::string name;
     array value;
 };
 
 /// Number of elements of `shape`; throws usage_error on a negative dimension or overflow of
 /// the byte count for elements of `itemsize` bytes.
-std::size_t element_count(const std::vector<std::int64_t>& shape, std::size_t itemsize = 1);
+FERRY_EXPORT std::size_t element_count(const std::vector<std::int64_t>& shape, std::size_t itemsize = 1);
 
 /// "(2, 3)" style, as numpy prints shapes.
-std::string shape_to_string(const std::vector<std::int64_t>& shape);
+FERRY_EXPORT std::string shape_to_string(const std::vector<std::int64_t>& shape);
 
 }  // namespace ferry

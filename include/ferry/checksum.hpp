@@ -1,6 +1,8 @@
 // A checksum of an array's logical contents, independent of how a file stored them.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <string>
 
 #include "ferry/array.hpp"
@@ -16,6 +18,6 @@ namespace ferry {
 /// the GPU by kernels into a temporary device copy (so device memory briefly doubles), on the
 /// host in a temporary copy. Device data then reaches the CPU in 16 MiB chunks through a
 /// bounce buffer; the whole array is never copied to host memory at once.
-std::string checksum(const array& a);
+FERRY_EXPORT std::string checksum(const array& a);
 
 }  // namespace ferry

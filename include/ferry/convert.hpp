@@ -7,6 +7,8 @@
 // run concurrently on different arrays.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include "ferry/array.hpp"
 #include "ferry/dtype.hpp"
 #include "ferry/memory.hpp"
@@ -15,25 +17,25 @@ namespace ferry {
 
 /// Whether astype supports `from` -> `to`: the same type, or float16, bfloat16 or float64 to
 /// and from float32.
-bool can_astype(dtype from, dtype to) noexcept;
+FERRY_EXPORT bool can_astype(dtype from, dtype to) noexcept;
 
 /// The elements of `a` in native byte order: `a` itself when they already are, else a new
 /// array at the same place.
-array to_native(const array& a, stream_t s = nullptr);
+FERRY_EXPORT array to_native(const array& a, stream_t s = nullptr);
 
 /// Swaps the bytes of `a`'s storage in place and returns the relabelled (native-order) array.
 /// Every array sharing that storage sees the swapped bytes: use only on storage you own alone.
-array to_native_in_place(const array& a, stream_t s = nullptr);
+FERRY_EXPORT array to_native_in_place(const array& a, stream_t s = nullptr);
 
 /// `a` in C order: `a` itself when it already is (or when C and Fortran order coincide), else
 /// a transposed copy at the same place, in the same byte order.
-array to_c_order(const array& a, stream_t s = nullptr);
+FERRY_EXPORT array to_c_order(const array& a, stream_t s = nullptr);
 
 /// `a` converted to `to` (native byte order, same layout and place); `a` itself when it is
 /// already native `to`. Throws usage_error for an unsupported pair (see can_astype).
-array astype(const array& a, dtype to, stream_t s = nullptr);
+FERRY_EXPORT array astype(const array& a, dtype to, stream_t s = nullptr);
 
 /// to_native, then to C order: the array as a C program would lay it out.
-array to_native_c(const array& a, stream_t s = nullptr);
+FERRY_EXPORT array to_native_c(const array& a, stream_t s = nullptr);
 
 }  // namespace ferry

@@ -3,6 +3,8 @@
 // package print what run_doctor returns; docs/gds.md documents every key of the JSON report.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,7 +15,7 @@
 namespace ferry {
 
 /// What to examine.
-struct doctor_options {
+struct FERRY_EXPORT doctor_options {
     /// Files or directories. For a directory, the verdict is for a file created in it.
     std::vector<std::string> paths;
     /// Settings the verdicts assume. Unset: the FERRY_* environment variables, where a bad value
@@ -22,7 +24,7 @@ struct doctor_options {
 };
 
 /// The verdict for one path.
-struct doctor_path_verdict {
+struct FERRY_EXPORT doctor_path_verdict {
     std::string path;
     /// The route a large read of it into GPU memory takes; nullopt when it cannot be read at all
     /// (missing, unreadable, a directory where no file can be created).
@@ -31,7 +33,7 @@ struct doctor_path_verdict {
 };
 
 /// A finished report. Thread safety: a plain value.
-struct doctor_report {
+struct FERRY_EXPORT doctor_report {
     std::string json;     ///< every fact as one JSON object (keys: docs/gds.md)
     std::string text;     ///< the same for people; ends with `summary`
     std::string summary;  ///< a short verdict a person can act on
@@ -53,6 +55,6 @@ struct doctor_report {
 /// each directory given. Reads no file data, apart from one O_DIRECT block per path to check
 /// that the file system accepts O_DIRECT I/O (it bypasses the page cache).
 /// Thread safe; probes run one after another.
-doctor_report run_doctor(const doctor_options& options = {});
+FERRY_EXPORT doctor_report run_doctor(const doctor_options& options = {});
 
 }  // namespace ferry

@@ -5,6 +5,8 @@
 // one boundary (src/error.cpp) turns them into these exceptions.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -12,19 +14,19 @@
 namespace ferry {
 
 /// Base of every exception ferry throws.
-class error : public std::runtime_error {
+class FERRY_EXPORT error : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
 /// A misuse of the API: bad argument, wrong mode, closed file, unknown setting value.
-class usage_error : public error {
+class FERRY_EXPORT usage_error : public error {
 public:
     using error::error;
 };
 
 /// A settings value that does not parse; names the variable (e.g. FERRY_THREADS).
-class settings_error : public usage_error {
+class FERRY_EXPORT settings_error : public usage_error {
 public:
     settings_error(std::string variable, std::string value, std::string reason);
     const std::string& variable() const noexcept { return variable_; }
@@ -34,14 +36,14 @@ private:
 };
 
 /// Where an I/O failure happened: the path and the byte range of the request, when known.
-struct io_context {
+struct FERRY_EXPORT io_context {
     std::string path;
     std::uint64_t offset = 0;
     std::uint64_t length = 0;
 };
 
 /// A system call failed; carries errno.
-class system_error : public error {
+class FERRY_EXPORT system_error : public error {
 public:
     system_error(int code, std::string what_failed, io_context where = {});
     int code() const noexcept { return code_; }
@@ -53,7 +55,7 @@ private:
 };
 
 /// A file ended before the requested range did (reads are never silently short).
-class end_of_file_error : public error {
+class FERRY_EXPORT end_of_file_error : public error {
 public:
     end_of_file_error(io_context where, std::uint64_t file_size);
     const io_context& where() const noexcept { return where_; }
@@ -65,7 +67,7 @@ private:
 };
 
 /// A CUDA runtime call failed; carries the cudaError_t value.
-class cuda_error : public error {
+class FERRY_EXPORT cuda_error : public error {
 public:
     cuda_error(int code, std::string what_failed, io_context where = {});
     int code() const noexcept { return code_; }
@@ -77,7 +79,7 @@ private:
 };
 
 /// A cuFile call failed; carries the cuFile status code (CU_FILE_*), never a generic failure.
-class cufile_error : public error {
+class FERRY_EXPORT cufile_error : public error {
 public:
     cufile_error(int code, std::string what_failed, io_context where = {});
     int code() const noexcept { return code_; }
@@ -89,7 +91,7 @@ private:
 };
 
 /// Invalid file content: names the file, the field and the reason.
-class format_error : public error {
+class FERRY_EXPORT format_error : public error {
 public:
     format_error(std::string file, std::string field, std::string reason);
     const std::string& file() const noexcept { return file_; }
@@ -106,7 +108,7 @@ private:
 /// when no response came: refused connection, timeout, TLS failure), the URL with any
 /// credentials redacted, and which credentials were used ("none", "environment", "profile dev",
 /// "instance metadata (IMDSv2)"...), never a secret.
-class remote_error : public error {
+class FERRY_EXPORT remote_error : public error {
 public:
     remote_error(int status, std::string url, std::string what_failed, std::string credentials = {},
                  io_context where = {});

@@ -2,10 +2,14 @@
 // host, device, managed), through GPUDirect Storage, pipelined pinned staging buffers, or plain
 // parallel pread/pwrite. The kind of memory is detected, never passed in.
 //
-// The path a byte takes: file.cpp (this API) -> io/engine.cpp (split into tasks, choose the
-// path) -> backend/<path>/ (host, direct, staged, gds) -> the thread pool -> pread or cuFileRead
-// -> (staged) cudaMemcpyAsync from a pinned buffer to the GPU.
+// The way a byte takes: file.cpp (this API) -> io/file_impl.cpp (the location opened through
+// backend/registry.cpp as a source) -> io/file_requests.cpp (io/planner.cpp chooses the route,
+// the request is split into tasks on the engine's thread pool) -> io/movers/ (host, staged or
+// device DMA) -> backend/<source>/ (posix pread, direct O_DIRECT, cufile cuFileRead) ->
+// (staged) cudaMemcpyAsync from a pinned buffer to the GPU. See docs/design/engine.md.
 #pragma once
+
+#include "ferry/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +32,7 @@ enum class open_mode {
 };
 
 /// How a read of this file into GPU memory will be served, and why (see `ferry doctor`).
-struct path_plan {
+struct FERRY_EXPORT path_plan {
     io_path path;                      ///< for a large read into device memory
     std::vector<std::string> reasons;  ///< each decision that led there, in plain words
 };
@@ -43,7 +47,7 @@ class file_impl;
 /// in parallel. Ownership: the memory passed to a request must stay valid until it completes
 /// (for futures and stream-ordered calls: until the future is ready / the stream passes it).
 /// Alignment: none required; O_DIRECT and cuFile alignment is handled inside.
-class file {
+class FERRY_EXPORT file {
 public:
     /// Opens `path`. Throws system_error (with errno and the path) when it cannot.
     file(const std::string& path, open_mode mode = open_mode::read,

@@ -3,6 +3,8 @@
 // convert commands are thin layers over these.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -19,20 +21,20 @@ namespace ferry {
 enum class file_format { npy, safetensors, raw };
 
 /// "npy", "safetensors", "raw".
-std::string_view to_string(file_format f) noexcept;
+FERRY_EXPORT std::string_view to_string(file_format f) noexcept;
 /// Parses "npy", "safetensors" or "raw"; throws usage_error on anything else.
-file_format parse_file_format(std::string_view text);
+FERRY_EXPORT file_format parse_file_format(std::string_view text);
 
 /// The format of an existing file, by content first: the .npy magic; a safetensors header
 /// (a plausible little-endian length followed by '{'). Otherwise by extension (.npy,
 /// .safetensors), else raw. Only the first 9 bytes are read. Throws system_error when the
 /// file cannot be opened.
-file_format detect_format(const std::string& path);
+FERRY_EXPORT file_format detect_format(const std::string& path);
 /// The format an output path asks for, by extension alone: .npy, .safetensors, else raw.
-file_format format_from_extension(const std::string& path);
+FERRY_EXPORT file_format format_from_extension(const std::string& path);
 
 /// What load_any reads and how.
-struct any_load_options {
+struct FERRY_EXPORT any_load_options {
     load_options load;                       ///< placement, dtype conversion, layout, stream
     std::optional<file_format> format;       ///< forces a format instead of detect_format
     std::vector<std::string> tensors;        ///< safetensors: this subset (all when empty)
@@ -44,7 +46,7 @@ struct any_load_options {
 };
 
 /// The arrays of one file.
-struct loaded_file {
+struct FERRY_EXPORT loaded_file {
     file_format format = file_format::raw;
     /// .npy and raw: one array named "". safetensors: the tensors, sorted by name.
     std::vector<named_array> arrays;
@@ -56,10 +58,10 @@ struct loaded_file {
 /// Throws usage_error for options that do not apply to the file's format (tensors for a .npy
 /// file; count, offset or shape for a non-raw file; a raw file without raw_type), and whatever
 /// the format's loader throws.
-loaded_file load_any(const std::string& path, const any_load_options& options = {});
+FERRY_EXPORT loaded_file load_any(const std::string& path, const any_load_options& options = {});
 
 /// One array as a file stores it.
-struct array_description {
+struct FERRY_EXPORT array_description {
     std::string name;
     typed_order type;
     storage_order layout = storage_order::c;
@@ -69,7 +71,7 @@ struct array_description {
 };
 
 /// What a file holds, from its header alone (no payload is read).
-struct file_description {
+struct FERRY_EXPORT file_description {
     file_format format = file_format::raw;
     std::string version;           ///< "1.0", "2.0", "3.0" for .npy; empty otherwise
     std::uint64_t file_size = 0;
@@ -79,12 +81,12 @@ struct file_description {
 };
 
 /// Describes `path`, validating its header. Throws format_error for invalid content.
-file_description describe_file(const std::string& path,
+FERRY_EXPORT file_description describe_file(const std::string& path,
                                std::optional<file_format> format = std::nullopt);
 
 /// Saves `arrays` as `format`, atomically. npy and raw take exactly one array; safetensors any
 /// number plus `metadata`. Throws usage_error when the arrays do not fit the format.
-void save_any(const std::string& path, file_format format, const std::vector<named_array>& arrays,
+FERRY_EXPORT void save_any(const std::string& path, file_format format, const std::vector<named_array>& arrays,
               const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ferry

@@ -1,6 +1,8 @@
 // What every loader (npy, safetensors, raw) does with the bytes once they land.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <optional>
 
 #include "ferry/array.hpp"
@@ -10,7 +12,7 @@
 namespace ferry {
 
 /// Options shared by load_npy, load_safetensors and fromfile.
-struct load_options {
+struct FERRY_EXPORT load_options {
     /// Where the arrays go. For a GPU the payload is read straight into device memory and
     /// deserialized there by kernels; the CPU never touches it.
     placement where = placement::host();

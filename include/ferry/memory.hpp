@@ -2,6 +2,8 @@
 // Python package) need no CUDA runtime of their own.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstddef>
 #include <string>
 
@@ -19,27 +21,27 @@ enum class memory_kind {
     managed,  ///< unified memory (cudaMallocManaged)
 };
 
-std::string to_string(memory_kind k);
+FERRY_EXPORT std::string to_string(memory_kind k);
 
 /// What kind of memory `p` points into; detected through CUDA where there is a GPU.
 /// Thread safe.
-memory_kind memory_kind_of(const void* p);
+FERRY_EXPORT memory_kind memory_kind_of(const void* p);
 
 /// Number of usable CUDA devices: 0 where there is no GPU or driver (never throws).
-int cuda_device_count();
+FERRY_EXPORT int cuda_device_count();
 
 /// Why CUDA is unusable here ("" when it is usable): no driver, no device, version mismatch.
-std::string cuda_unavailable_reason();
+FERRY_EXPORT std::string cuda_unavailable_reason();
 
 /// The device a device or managed pointer belongs to. Throws usage_error for other memory.
-int device_of(const void* p);
+FERRY_EXPORT int device_of(const void* p);
 
 /// Waits for the work queued on `s` (any stream, nullptr for the legacy default stream).
 /// Throws cuda_error.
-void synchronize(stream_t s);
+FERRY_EXPORT void synchronize(stream_t s);
 
 /// Owner of one device allocation on a chosen device. Move-only; the destructor never throws.
-class device_buffer {
+class FERRY_EXPORT device_buffer {
 public:
     device_buffer() = default;
     /// Allocates `size` bytes on `device` (cudaMalloc). Throws cuda_error.
@@ -63,7 +65,7 @@ private:
 };
 
 /// Owner of page-locked host memory (cudaHostAlloc). Move-only; the destructor never throws.
-class pinned_buffer {
+class FERRY_EXPORT pinned_buffer {
 public:
     pinned_buffer() = default;
     explicit pinned_buffer(std::size_t size);
@@ -84,12 +86,12 @@ private:
 
 /// Synchronous copies between any two pointers (cudaMemcpy with cudaMemcpyDefault, or memcpy
 /// when neither side is GPU memory). Throws cuda_error.
-void copy_memory(void* dst, const void* src, std::size_t n);
+FERRY_EXPORT void copy_memory(void* dst, const void* src, std::size_t n);
 /// Fills with a byte (cudaMemset or memset).
-void fill_memory(void* dst, int byte, std::size_t n);
+FERRY_EXPORT void fill_memory(void* dst, int byte, std::size_t n);
 
 /// Owner of a CUDA stream for API users without a CUDA runtime of their own.
-class stream {
+class FERRY_EXPORT stream {
 public:
     explicit stream(int device = 0);
     stream(stream&& o) noexcept;

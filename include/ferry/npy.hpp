@@ -3,6 +3,8 @@
 // the header byte-for-byte as numpy writes it).
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +19,7 @@ namespace ferry {
 inline constexpr std::size_t npy_max_header_size = 10000;
 
 /// What a .npy header says.
-struct npy_info {
+struct FERRY_EXPORT npy_info {
     int major = 1;
     int minor = 0;
     typed_order type;
@@ -31,15 +33,15 @@ struct npy_info {
 /// Reads and validates the header of a .npy file, including that the file holds all the
 /// elements. Throws format_error (file, field, reason) for invalid content, system_error when
 /// the file cannot be read.
-npy_info read_npy_info(const std::string& path);
+FERRY_EXPORT npy_info read_npy_info(const std::string& path);
 
 /// Loads a .npy file: one read of the payload straight into the destination memory, then
 /// deserialization there (byte order, dtype, layout per `options`). The array owns its memory.
-array load_npy(const std::string& path, const load_options& options = {});
+FERRY_EXPORT array load_npy(const std::string& path, const load_options& options = {});
 
 /// Saves `a` as .npy, atomically (a temporary file renamed over `path`). Fortran-order arrays
 /// are written in C order; the byte order is kept (a big-endian array is saved as '>...').
 /// Throws usage_error for dtypes numpy has no type string for (bfloat16, float8_*).
-void save_npy(const std::string& path, const array& a);
+FERRY_EXPORT void save_npy(const std::string& path, const array& a);
 
 }  // namespace ferry

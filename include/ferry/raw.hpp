@@ -2,6 +2,8 @@
 // or GPU memory.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,12 +21,12 @@ namespace ferry {
 /// -1 and must equal it otherwise. The payload is read straight into `options.where` and
 /// deserialized there. Throws format_error (file, field, reason) when the file does not hold
 /// what was asked for, usage_error for bad arguments.
-array fromfile(const std::string& path, typed_order type, std::int64_t count = -1,
+FERRY_EXPORT array fromfile(const std::string& path, typed_order type, std::int64_t count = -1,
                std::uint64_t offset = 0, const std::vector<std::int64_t>& shape = {},
                const load_options& options = {});
 
 /// Writes the elements of `a` in C order, in the array's byte order, and nothing else (as
 /// ndarray.tofile), atomically.
-void tofile(const array& a, const std::string& path);
+FERRY_EXPORT void tofile(const array& a, const std::string& path);
 
 }  // namespace ferry

@@ -10,6 +10,8 @@
 // unconverted tensor refers to it.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,7 +26,7 @@ namespace ferry {
 /// The reference implementation refuses headers larger than this; so does ferry.
 inline constexpr std::uint64_t safetensors_max_header_size = 100'000'000;
 
-struct safetensors_tensor_info {
+struct FERRY_EXPORT safetensors_tensor_info {
     std::string name;
     ferry::dtype type = dtype::uint8;
     std::vector<std::int64_t> shape;
@@ -33,7 +35,7 @@ struct safetensors_tensor_info {
 };
 
 /// What a safetensors header says, validated against the reference rules.
-struct safetensors_info {
+struct FERRY_EXPORT safetensors_info {
     std::uint64_t header_size = 0;  ///< N, the JSON's length in bytes (padding included)
     std::uint64_t data_offset = 0;  ///< 8 + N: where the data buffer starts in the file
     std::vector<safetensors_tensor_info> tensors;  ///< sorted by name
@@ -43,13 +45,13 @@ struct safetensors_info {
 /// Reads and validates the header. Nothing larger than min(100,000,000, file size) is
 /// allocated before it validates. Throws format_error (file, field, reason) for invalid content,
 /// system_error when the file cannot be read.
-safetensors_info read_safetensors_info(const std::string& path);
+FERRY_EXPORT safetensors_info read_safetensors_info(const std::string& path);
 
 /// Loads the tensors named in `names` (all when empty), sorted by name. The byte ranges needed
 /// are merged and read concurrently, one file read per merged range, into one allocation (see
 /// the ownership note above). Throws usage_error for a name the file does not have. When
 /// `header` is not null it receives the validated header (metadata included).
-std::vector<named_array> load_safetensors(const std::string& path,
+FERRY_EXPORT std::vector<named_array> load_safetensors(const std::string& path,
                                           const load_options& options = {},
                                           const std::vector<std::string>& names = {},
                                           safetensors_info* header = nullptr);
@@ -58,7 +60,7 @@ std::vector<named_array> load_safetensors(const std::string& path,
 /// written little-endian in C order whatever their byte order or layout; the data of each
 /// tensor starts at a multiple of its item size. Throws usage_error for complex128 (which
 /// safetensors cannot store) or a duplicate name.
-void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
+FERRY_EXPORT void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ferry

@@ -2,6 +2,8 @@
 // code, passed explicitly. docs/settings.md documents every variable.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -29,7 +31,7 @@ enum class log_level { error, warn, info, debug };
 /// All of ferry's settings. A value of 0 for a size or count means "derive from the machine".
 ///
 /// Thread safety: a plain value; copy it freely.
-struct settings {
+struct FERRY_EXPORT settings {
     std::size_t threads = 0;                  ///< FERRY_THREADS: I/O worker threads
     std::size_t task_size = 0;                ///< FERRY_TASK_SIZE: bytes per parallel task
     std::size_t staging_buffer_size = 0;      ///< FERRY_STAGING_BUFFER_SIZE: bytes per pinned buffer
@@ -72,7 +74,7 @@ struct settings {
 
 /// Parses one variable's value into `s`; throws settings_error naming `name` on a bad value,
 /// usage_error on an unknown name.
-void apply_setting(settings& s, std::string_view name, std::string_view value);
+FERRY_EXPORT void apply_setting(settings& s, std::string_view name, std::string_view value);
 
 template <class Lookup>
 settings settings::from_lookup(Lookup&& lookup) {
@@ -87,13 +89,13 @@ settings settings::from_lookup(Lookup&& lookup) {
 /// The settings as one JSON object, {"threads": 16, "gds": "auto", ...}: the field names above,
 /// sizes and counts as numbers, modes as the words their variables take. The doctor report and
 /// the Python package show settings through this.
-std::string to_json(const settings& s);
+FERRY_EXPORT std::string to_json(const settings& s);
 
-std::string_view to_string(gds_mode m);
-std::string_view to_string(direct_io_mode m);
-std::string_view to_string(log_level l);
+FERRY_EXPORT std::string_view to_string(gds_mode m);
+FERRY_EXPORT std::string_view to_string(direct_io_mode m);
+FERRY_EXPORT std::string_view to_string(log_level l);
 
 /// Parses "1048576", "64k", "8M", "1G", "2GiB" (binary units). Throws settings_error with `name`.
-std::size_t parse_size(std::string_view name, std::string_view text);
+FERRY_EXPORT std::size_t parse_size(std::string_view name, std::string_view text);
 
 }  // namespace ferry

@@ -1,6 +1,8 @@
 // Counters of what each I/O path moved, per file and per process, and why fallbacks happened.
 #pragma once
 
+#include "ferry/export.hpp"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -22,16 +24,16 @@ enum class io_path {
 inline constexpr int io_path_count = static_cast<int>(io_path::count_);
 
 /// "gds", "cufile-compat", "staged", "staged+direct", "host", "direct".
-std::string_view to_string(io_path p);
+FERRY_EXPORT std::string_view to_string(io_path p);
 
-struct path_counters {
+struct FERRY_EXPORT path_counters {
     std::uint64_t bytes = 0;
     std::uint64_t requests = 0;
     std::uint64_t nanoseconds = 0;  ///< summed request wall time (requests may overlap)
 };
 
 /// A snapshot of counters. Thread safety: a plain value.
-struct io_stats {
+struct FERRY_EXPORT io_stats {
     path_counters read[io_path_count];
     path_counters write[io_path_count];
     std::map<std::string, std::uint64_t> fallbacks;  ///< reason -> times
@@ -45,12 +47,12 @@ struct io_stats {
 };
 
 /// Counters of every file of this process since it started (or since reset_process_stats).
-io_stats process_stats();
-void reset_process_stats();
+FERRY_EXPORT io_stats process_stats();
+FERRY_EXPORT void reset_process_stats();
 
 /// Pinned staging memory allocated now, and the most allocated at once since the process
 /// started; bounded by FERRY_STAGING_MEMORY_LIMIT for each set of settings in use.
-std::uint64_t staging_memory_in_use();
-std::uint64_t staging_memory_peak();
+FERRY_EXPORT std::uint64_t staging_memory_in_use();
+FERRY_EXPORT std::uint64_t staging_memory_peak();
 
 }  // namespace ferry

@@ -1,8 +1,10 @@
 #pragma once
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 /// The library's version, "MAJOR.MINOR.PATCH".
-const char* version() noexcept;
+FERRY_EXPORT const char* version() noexcept;
 
 }  // namespace ferry

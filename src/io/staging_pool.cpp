@@ -15,17 +15,10 @@ staging_slot::device_queue& staging_slot::on_device(int device) {
     auto it = devices.find(device);
     if (it != devices.end()) return it->second;
     set_device(device);
-    device_queue q;
-    cuda_check(FERRY_CUDA(cudaStreamCreateWithFlags, &q.stream, cudaStreamNonBlocking), "cudaStreamCreate (staging)");
-    q.events.assign(buffers.size(), nullptr);
-    for (auto& e : q.events) {
-        cudaError_t rc = FERRY_CUDA(cudaEventCreateWithFlags, &e, cudaEventDisableTiming);
-        if (rc == cudaSuccess) continue;
-        for (auto made : q.events)
-            if (made) cudaEventDestroy(made);
-        cudaStreamDestroy(q.stream);
-        cuda_check(rc, "cudaEventCreate (staging)");
-    }
+    device_queue q;  // released as a whole if any part fails
+    q.stream = owned_stream::create("cudaStreamCreate (staging)");
+    q.events.resize(buffers.size());
+    for (auto& e : q.events) e = owned_event::create("cudaEventCreate (staging)");
     return devices.emplace(device, std::move(q)).first->second;
 }
 
@@ -46,11 +39,7 @@ staging_pool::staging_pool(std::size_t workers, std::size_t buffers, std::size_t
 }
 
 staging_pool::~staging_pool() {
-    for (auto& s : slots_)
-        for (auto& [dev, q] : s.devices) {
-            for (auto e : q.events) cudaEventDestroy(e);
-            cudaStreamDestroy(q.stream);
-        }
+    slots_.clear();  // each slot's streams wait for their work before the memory goes
     if (!memory_) return;
     note_staging(-static_cast<std::int64_t>(allocated_));
     if (pinned_) {

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/cuda_owners.hpp"
+
 namespace ferry::detail {
 
 /// One worker's buffers, and for each device it copies to, a stream and an event per buffer.
@@ -19,9 +21,10 @@ struct staging_slot {
     std::vector<cudaEvent_t> pending;
     std::size_t next = 0;
 
+    /// Destroyed bottom up: the stream (after its work) before the events recorded on it.
     struct device_queue {
-        cudaStream_t stream = nullptr;
-        std::vector<cudaEvent_t> events;
+        std::vector<owned_event> events;
+        owned_stream stream;
     };
     std::map<int, device_queue> devices;
 

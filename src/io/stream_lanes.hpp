@@ -12,13 +12,16 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/cuda_owners.hpp"
+
 namespace ferry::detail {
 
+/// Members are destroyed bottom up: the stream (after its work) before the buffers it copies.
 struct stream_lane {
-    cudaStream_t stream = nullptr;
-    char* buffers[2] = {nullptr, nullptr};
-    std::size_t uses = 0;        ///< chunks queued on this lane so far; use u takes buffers[u % 2]
-    cudaEvent_t done = nullptr;  ///< recorded after a request's last chunk on this lane
+    owned_pinned buffers[2];
+    std::size_t uses = 0;  ///< chunks queued on this lane so far; use u takes buffers[u % 2]
+    owned_event done;      ///< recorded after a request's last chunk on this lane
+    owned_stream stream;
 };
 
 class stream_lanes {
@@ -29,8 +32,8 @@ public:
     stream_lanes& operator=(const stream_lanes&) = delete;
 
     struct device_lanes {
+        owned_event start;  ///< recorded on the caller's stream where a request begins
         std::vector<stream_lane> lanes;
-        cudaEvent_t start = nullptr;  ///< recorded on the caller's stream where a request begins
         std::size_t next = 0;         ///< the lane the next chunk goes to
     };
 

@@ -234,32 +234,32 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     q->chunks.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
         stream_lane& l = lane(i);
-        q->chunks.push_back({i * size, std::min(size, r.n - i * size), l.buffers[l.uses++ % 2]});
+        q->chunks.push_back({i * size, std::min(size, r.n - i * size), l.buffers[l.uses++ % 2].get()});
     }
     q->jobs = std::make_unique<file_job[]>(count);
     std::vector<cudaStream_t> streams;
-    for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream);
+    for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream.get());
     try {
-        cuda_check(FERRY_CUDA(cudaEventRecord, d.start, cs), "cudaEventRecord (stream-ordered request)", {location_, r.offset, r.n});
+        cuda_check(FERRY_CUDA(cudaEventRecord, d.start.get(), cs), "cudaEventRecord (stream-ordered request)", {location_, r.offset, r.n});
         for (cudaStream_t ls : streams)
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start, 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
         for (std::size_t i = 0; i < count; ++i) {
             stream_lane& l = lane(i);
             const chunk& c = q->chunks[i];
             const io_context where{location_, r.offset + c.pos, c.len};
             if (!r.is_write()) {
-                queue_chunk(l.stream, q, i);
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream),
+                queue_chunk(l.stream.get(), q, i);
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream.get()),
                            "cudaMemcpyAsync (stream lane to GPU)", where);
             } else {
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, c.buffer, r.mem + c.pos, c.len, cudaMemcpyDefault, l.stream),
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, c.buffer, r.mem + c.pos, c.len, cudaMemcpyDefault, l.stream.get()),
                            "cudaMemcpyAsync (GPU to stream lane)", where);
-                queue_chunk(l.stream, q, i);
+                queue_chunk(l.stream.get(), q, i);
             }
         }
         for (std::size_t i = 0; i < used; ++i) {
-            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done, lane(i).stream), "cudaEventRecord (stream lane)", {location_, r.offset, r.n});
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done, 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
         }
         queue_completion(cs, q);
     } catch (...) {

@@ -12,7 +12,7 @@ namespace {
 
 // Waits for every copy this slot queued on `q` and marks its buffers free.
 void drain(staging_slot& slot, staging_slot::device_queue& q, const io_context& where) {
-    cuda_check(FERRY_CUDA(cudaStreamSynchronize, q.stream), "cudaStreamSynchronize (staged)", where);
+    cuda_check(FERRY_CUDA(cudaStreamSynchronize, q.stream.get()), "cudaStreamSynchronize (staged)", where);
     std::fill(slot.pending.begin(), slot.pending.end(), nullptr);
 }
 
@@ -33,10 +33,10 @@ void stage_read(source& src, staging_slot& slot, std::size_t buffer_size, char* 
             io_context at{where.path, offset + pos, len};
             const char* data = src.read_into(buf, buffer_size, len, offset + pos, at);
             if (q) {
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst + pos, data, len, cudaMemcpyHostToDevice, q->stream),
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, dst + pos, data, len, cudaMemcpyHostToDevice, q->stream.get()),
                            "cudaMemcpyAsync (staged read)", at);
-                cuda_check(FERRY_CUDA(cudaEventRecord, q->events[i], q->stream), "cudaEventRecord (staged)", at);
-                slot.pending[i] = q->events[i];
+                cuda_check(FERRY_CUDA(cudaEventRecord, q->events[i].get(), q->stream.get()), "cudaEventRecord (staged)", at);
+                slot.pending[i] = q->events[i].get();
             } else {
                 std::memcpy(dst + pos, data, len);
             }
@@ -46,7 +46,7 @@ void stage_read(source& src, staging_slot& slot, std::size_t buffer_size, char* 
     } catch (...) {
         // Never leave a copy in flight into memory the caller may free after the error.
         if (q) {
-            cudaStreamSynchronize(q->stream);
+            cudaStreamSynchronize(q->stream.get());
             std::fill(slot.pending.begin(), slot.pending.end(), nullptr);
         }
         throw;
@@ -71,10 +71,10 @@ void stage_write(source& dst, staging_slot& slot, std::size_t buffer_size, const
         slot.next = (slot.next + 1) % nbuf;
         slot.wait_free(i);
         io_context at{where.path, offset + issued, len};
-        cuda_check(FERRY_CUDA(cudaMemcpyAsync, slot.buffers[i], from + issued, len, cudaMemcpyDeviceToHost, q.stream),
+        cuda_check(FERRY_CUDA(cudaMemcpyAsync, slot.buffers[i], from + issued, len, cudaMemcpyDeviceToHost, q.stream.get()),
                    "cudaMemcpyAsync (staged write)", at);
-        cuda_check(FERRY_CUDA(cudaEventRecord, q.events[i], q.stream), "cudaEventRecord (staged)", at);
-        slot.pending[i] = q.events[i];
+        cuda_check(FERRY_CUDA(cudaEventRecord, q.events[i].get(), q.stream.get()), "cudaEventRecord (staged)", at);
+        slot.pending[i] = q.events[i].get();
         ring.push_back({i, issued, len});
         issued += len;
     };
@@ -88,7 +88,7 @@ void stage_write(source& dst, staging_slot& slot, std::size_t buffer_size, const
             dst.write(slot.buffers[c.buffer], c.len, offset + c.pos, {where.path, offset + c.pos, c.len});
         }
     } catch (...) {
-        cudaStreamSynchronize(q.stream);
+        cudaStreamSynchronize(q.stream.get());
         std::fill(slot.pending.begin(), slot.pending.end(), nullptr);
         throw;
     }
