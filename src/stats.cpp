@@ -1,5 +1,9 @@
 #include "ferry/stats.hpp"
 
+#include <algorithm>
+#include <array>
+#include <vector>
+
 #include "os/fork_safe_mutex.hpp"
 #include "stats_counter.hpp"
 
@@ -14,6 +18,61 @@ stats_counter* const process_wide = new stats_counter;
 fork_safe_mutex process_mutex;
 }  // namespace
 }  // namespace detail
+
+namespace detail {
+namespace {
+fork_safe_mutex route_mutex;  // never left taken in a forked child
+struct route_name {
+    std::string source, mover;
+};
+// Made at load; slots are never reused, so a count never lands under another route's name. A
+// slot's name is written before routes_known counts it, so snapshots read names without a lock.
+std::array<route_name, max_routes>* const route_names = new std::array<route_name, max_routes>();
+std::atomic<int> routes_known{0};
+}  // namespace
+
+int route_slot(std::string_view source, std::string_view mover) {
+    std::lock_guard lock(route_mutex);
+    const int known = routes_known.load(std::memory_order_relaxed);
+    for (int i = 0; i < known; ++i)
+        if ((*route_names)[i].source == source && (*route_names)[i].mover == mover) return i;
+    if (known >= max_routes) return -1;
+    (*route_names)[known] = {std::string(source), std::string(mover)};
+    routes_known.store(known + 1, std::memory_order_release);
+    return known;
+}
+}  // namespace detail
+
+const route_stats* io_stats::route(std::string_view source, std::string_view mover) const {
+    for (const auto& r : routes)
+        if (r.source == source && r.mover == mover) return &r;
+    return nullptr;
+}
+
+namespace {
+void add_counters(path_counters& to, const path_counters& from, int sign) {
+    to.bytes += sign > 0 ? from.bytes : -from.bytes;
+    to.requests += sign > 0 ? from.requests : -from.requests;
+    to.nanoseconds += sign > 0 ? from.nanoseconds : -from.nanoseconds;
+}
+void merge_routes(std::vector<route_stats>& to, const std::vector<route_stats>& from, int sign) {
+    for (const auto& r : from) {
+        auto it = std::find_if(to.begin(), to.end(),
+                               [&](const route_stats& t) { return t.source == r.source && t.mover == r.mover; });
+        if (it == to.end()) {
+            if (sign < 0) continue;
+            to.push_back({r.source, r.mover, {}, {}});
+            it = to.end() - 1;
+        }
+        add_counters(it->read, r.read, sign);
+        add_counters(it->write, r.write, sign);
+    }
+    to.erase(std::remove_if(to.begin(), to.end(),
+                            [](const route_stats& r) { return r.read.bytes == 0 && r.write.bytes == 0 &&
+                                                              r.read.requests == 0 && r.write.requests == 0; }),
+             to.end());
+}
+}  // namespace
 
 std::string_view to_string(io_path p) {
     switch (p) {
@@ -50,6 +109,7 @@ io_stats& io_stats::operator+=(const io_stats& o) {
         write[i].nanoseconds += o.write[i].nanoseconds;
     }
     for (const auto& [k, v] : o.fallbacks) fallbacks[k] += v;
+    merge_routes(routes, o.routes, +1);
     return *this;
 }
 
@@ -69,6 +129,7 @@ io_stats io_stats::operator-(const io_stats& e) const {
         it->second -= v;
         if (it->second == 0) d.fallbacks.erase(it);
     }
+    merge_routes(d.routes, e.routes, -1);
     return d;
 }
 
@@ -98,11 +159,17 @@ void reset_process_stats() {
 
 namespace detail {
 
-void stats_counter::add(bool is_write, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests) {
+void stats_counter::add(bool is_write, io_path p, int route, std::uint64_t bytes, std::uint64_t ns,
+                        std::uint64_t requests) {
     cell& c = cells_[is_write ? 1 : 0][static_cast<int>(p)];
     c.bytes.fetch_add(bytes, std::memory_order_relaxed);
     c.requests.fetch_add(requests, std::memory_order_relaxed);
     c.ns.fetch_add(ns, std::memory_order_relaxed);
+    if (route < 0 || route >= max_routes) return;
+    cell& r = routes_[is_write ? 1 : 0][route];
+    r.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    r.requests.fetch_add(requests, std::memory_order_relaxed);
+    r.ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 bool stats_counter::add_fallback(const std::string& reason) {
@@ -116,6 +183,14 @@ io_stats stats_counter::snapshot() const {
         s.read[i] = {cells_[0][i].bytes.load(), cells_[0][i].requests.load(), cells_[0][i].ns.load()};
         s.write[i] = {cells_[1][i].bytes.load(), cells_[1][i].requests.load(), cells_[1][i].ns.load()};
     }
+    const int known = routes_known.load(std::memory_order_acquire);
+    for (int i = 0; i < known; ++i) {
+        path_counters rd{routes_[0][i].bytes.load(), routes_[0][i].requests.load(), routes_[0][i].ns.load()};
+        path_counters wr{routes_[1][i].bytes.load(), routes_[1][i].requests.load(), routes_[1][i].ns.load()};
+        if (!rd.bytes && !rd.requests && !wr.bytes && !wr.requests) continue;
+        const route_name& n = (*route_names)[static_cast<std::size_t>(i)];
+        s.routes.push_back({n.source, n.mover, rd, wr});
+    }
     std::lock_guard lock(mutex_);
     s.fallbacks = fallbacks_;
     return s;
@@ -123,6 +198,8 @@ io_stats stats_counter::snapshot() const {
 
 void stats_counter::reset() {
     for (auto& row : cells_)
+        for (auto& c : row) c.bytes = c.requests = c.ns = 0;
+    for (auto& row : routes_)
         for (auto& c : row) c.bytes = c.requests = c.ns = 0;
     std::lock_guard lock(mutex_);
     fallbacks_.clear();

@@ -6,15 +6,24 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "ferry/stats.hpp"
 
 namespace ferry::detail {
 
+/// How many distinct (source, mover) routes a process counts.
+inline constexpr int max_routes = 32;
+
+/// The slot of route (source, mover), made on first use; -1 once max_routes are taken.
+/// Thread safe; takes a lock, so call it once per request, not per task.
+int route_slot(std::string_view source, std::string_view mover);
+
 class stats_counter {
 public:
-    /// Adds bytes moved, request time and completed requests.
-    void add(bool is_write, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
+    /// Adds bytes moved, request time and completed requests, under the public route name `p`
+    /// and the route slot `route` (route_slot(); -1: not counted by route).
+    void add(bool is_write, io_path p, int route, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
     /// Returns true the first time `reason` is counted here (for log-once).
     bool add_fallback(const std::string& reason);
     io_stats snapshot() const;
@@ -25,6 +34,7 @@ private:
         std::atomic<std::uint64_t> bytes{0}, requests{0}, ns{0};
     };
     cell cells_[2][io_path_count];
+    cell routes_[2][max_routes];
     mutable std::mutex mutex_;
     std::map<std::string, std::uint64_t> fallbacks_;
 };

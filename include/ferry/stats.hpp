@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry {
 
@@ -32,12 +33,27 @@ struct FERRY_EXPORT path_counters {
     std::uint64_t nanoseconds = 0;  ///< summed request wall time (requests may overlap)
 };
 
+/// What one route moved: the source that served the bytes ("posix", "direct", "cufile", or a
+/// registered source such as "http") and the mover between it and memory ("host", "staged",
+/// "device-dma").
+struct FERRY_EXPORT route_stats {
+    std::string source;
+    std::string mover;
+    path_counters read;
+    path_counters write;
+};
+
 /// A snapshot of counters. Thread safety: a plain value.
 struct FERRY_EXPORT io_stats {
     path_counters read[io_path_count];
     path_counters write[io_path_count];
     std::map<std::string, std::uint64_t> fallbacks;  ///< reason -> times
+    /// The same bytes by source and mover, each route that moved any: sources added later
+    /// appear here without a new io_path.
+    std::vector<route_stats> routes;
 
+    /// The counters of one route, or null when it moved nothing.
+    const route_stats* route(std::string_view source, std::string_view mover) const;
     const path_counters& reads(io_path p) const { return read[static_cast<int>(p)]; }
     const path_counters& writes(io_path p) const { return write[static_cast<int>(p)]; }
     std::uint64_t bytes_read() const;

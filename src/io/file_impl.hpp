@@ -41,6 +41,7 @@ struct request {
     source* src = nullptr;  ///< the route's source: the file's, or one of its alternatives
     mover how = mover::host;
     io_path counted_as = io_path::host;
+    int route = -1;  ///< the statistics' slot of (source, mover): route_slot()
     /// The file side of a stream-ordered request (io/stream_ordered.cpp): not counted on its own
     /// (the request counts once, as a whole), and refused once the file is closed.
     bool file_side = false;
@@ -87,7 +88,7 @@ private:
     void check_open() const;
     void run_task(const request& r, std::size_t pos, std::size_t len);
     void move(source& src, mover how, const piece& p, const io_context& where);
-    void count(direction dir, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
+    void count(direction dir, io_path p, int route, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
     void fallback(const std::string& reason);
     void log_plan_once(const plan_result& p, direction dir);
     /// The source a route names: the file's own, or one of its alternatives.

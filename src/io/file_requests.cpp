@@ -55,7 +55,7 @@ struct request_state {
         // are closed by the handle either way) would otherwise outlive the caller's last handle.
         std::shared_ptr<file_impl> f = std::move(file);
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count();
-        if (!error && !r.file_side) f->count(r.dir, r.counted_as, 0, static_cast<std::uint64_t>(ns), 1);
+        if (!error && !r.file_side) f->count(r.dir, r.counted_as, r.route, 0, static_cast<std::uint64_t>(ns), 1);
         {
             std::lock_guard lock(f->inflight_mutex_);
             --f->inflight_;
@@ -68,10 +68,11 @@ struct request_state {
     }
 };
 
-void file_impl::count(direction dir, io_path p, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests) {
+void file_impl::count(direction dir, io_path p, int route, std::uint64_t bytes, std::uint64_t ns,
+                      std::uint64_t requests) {
     const bool w = dir == direction::write;
-    counters_.add(w, p, bytes, ns, requests);
-    process_counter().add(w, p, bytes, ns, requests);
+    counters_.add(w, p, route, bytes, ns, requests);
+    process_counter().add(w, p, route, bytes, ns, requests);
 }
 
 request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e) {
@@ -101,6 +102,7 @@ request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::u
     r.src = route_source(p.chosen);
     r.how = p.chosen.how;
     r.counted_as = p.chosen.counted_as;
+    r.route = route_slot(r.src->kind(), to_string(r.how));
     log_plan_once(p, dir);
     if (log_enabled(log_level::debug, config_))
         log(log_level::debug, config_,
@@ -136,10 +138,12 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
     piece p{r.dir, r.mem, pos, len, r.offset + pos, r.device};
     source* src = r.src;
     io_path used = r.counted_as;
+    int route = r.route;
     const bool direct = src->kind() == "direct";
     auto buffered = [&] {
         src = source_.get();
         used = r.how == mover::staged ? io_path::staged : io_path::host;
+        route = route_slot(src->kind(), to_string(r.how));
     };
     if (direct && direct_disabled_) buffered();
     try {
@@ -151,7 +155,7 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
         buffered();
         move(*src, r.how, p, where);
     }
-    if (!r.file_side) count(r.dir, used, len, 0, 0);
+    if (!r.file_side) count(r.dir, used, route, len, 0, 0);
 }
 
 std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers, completion then) {

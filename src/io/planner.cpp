@@ -83,9 +83,10 @@ plan_result plan_route(const plan_facts& f) {
     auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {
         p.chosen = {reader, mover::staged, want_direct ? io_path::staged_direct : io_path::staged};
         say(c, std::move(why), fallback);
-        say(reason_code::staging, "staged: " + std::to_string(f.threads) + " threads, " +
-                                      std::to_string(f.staging_buffers) + " x " +
-                                      bytes_text(f.staging_buffer_size) + " pinned buffers each");
+        std::string staging = std::to_string(f.threads) + " threads, " + std::to_string(f.staging_buffers) +
+                              " x " + bytes_text(f.staging_buffer_size) + " pinned buffers each";
+        say(reason_code::staging, "staged: " + staging);
+        p.reasons.back().detail = std::move(staging);
         return p;
     };
     if (f.memory == memory_kind::managed)

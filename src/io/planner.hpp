@@ -47,6 +47,8 @@ struct reason {
     /// missing, so that the doctor adds only what the text does not already say.
     int status = 0;
     bool udev_missing = false;
+    /// For staging: the threads and buffers ("16 threads, 2 x 2 MiB pinned buffers each").
+    std::string detail;
 };
 
 /// The planner's choice: the source that moves the bytes and the mover between it and memory.

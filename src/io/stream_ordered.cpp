@@ -52,6 +52,7 @@ struct stream_request {
     std::shared_ptr<file_impl> file;
     request r;
     io_path path = io_path::host;  ///< what the stats record
+    int route = -1;                ///< and their slot of (source, mover)
     std::size_t lanes = 1;         ///< chunk i + lanes is the next chunk on chunk i's lane
     std::vector<chunk> chunks;
     std::unique_ptr<file_job[]> jobs;
@@ -126,7 +127,7 @@ struct stream_request {
             return;
         }
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
-        file->count(r.dir, path, r.n, static_cast<std::uint64_t>(ns), 1);
+        file->count(r.dir, path, route, r.n, static_cast<std::uint64_t>(ns), 1);
         done.set_value(r.n);
     }
 };
@@ -201,6 +202,7 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     q->file = shared_from_this();
     q->r = r;
     q->path = on_gpu ? io_path::staged : io_path::host;
+    q->route = route_slot(source_->kind(), to_string(on_gpu ? mover::staged : mover::host));
     std::future<std::size_t> f = q->done.get_future();
     auto cs = reinterpret_cast<cudaStream_t>(s);
     if (r.n == 0) {

@@ -113,6 +113,7 @@ TEST(planner, managed_memory_is_staged) {
     EXPECT_EQ(r.chosen.how, mover::staged);
     EXPECT_EQ(codes(r), (std::vector<reason_code>{reason_code::managed_memory, reason_code::staging}));
     EXPECT_EQ(r.reasons[1].text, "staged: 16 threads, 2 x 2 MiB pinned buffers each");
+    EXPECT_EQ(r.reasons[1].detail, "16 threads, 2 x 2 MiB pinned buffers each") << "the doctor's summary uses it";
 }
 
 TEST(planner, gds_off_is_staged_and_o_direct_makes_it_staged_direct) {
