@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,8 @@ public:
         if (pid_ < 0) throw std::runtime_error("fork failed");
         if (pid_ == 0) {
             ::setpgid(0, 0);
+            // A test process killed from outside (a timeout) takes its servers with it.
+            ::prctl(PR_SET_PDEATHSIG, SIGTERM);
             if (capture_stdout) {
                 ::dup2(out[1], 1);
                 ::close(out[0]);
