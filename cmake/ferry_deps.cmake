@@ -5,6 +5,11 @@ list(PREPEND CMAKE_PREFIX_PATH "${FERRY_DEPS_DIR}")
 
 find_package(CUDAToolkit REQUIRED)
 find_package(Threads REQUIRED)
+# libcurl (Debian's, OpenSSL flavour): HTTP(S) and S3 sources, SigV4 signing (src/backend/http, s3).
+find_package(CURL REQUIRED)
+if(CURL_VERSION_STRING VERSION_LESS 7.85)
+  message(FATAL_ERROR "ferry needs libcurl >= 7.85 (CURLOPT_AWS_SIGV4, CURLOPT_PROTOCOLS_STR); found ${CURL_VERSION_STRING}")
+endif()
 
 function(ferry_find_header var header what)
   find_path(${var} ${header} HINTS ${FERRY_DEPS_DIR}/include ${ARGN})

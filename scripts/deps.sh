@@ -17,6 +17,9 @@ command -v c++ >/dev/null || missing+=(g++)
 have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header xxhash.h || missing+=(libxxhash-dev)
+have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
+# nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
@@ -41,6 +44,8 @@ python3 -c "import numpy, pytest, nanobind, safetensors, ml_dtypes" 2>/dev/null 
 python3 -c "import zarr, numcodecs, google_crc32c; assert int(zarr.__version__.split('.')[0]) >= 3" 2>/dev/null ||
   python3 -m pip install -q "zarr>=3.1" numcodecs google-crc32c ||
   echo "deps: zarr could not be installed; the tests of ferry.zarr will skip" >&2
+# moto's server mode: the S3 protocol (buckets, ranged GETs, multipart upload, errors) on 127.0.0.1.
+python3 -c "import moto.server, flask, flask_cors" 2>/dev/null || python3 -m pip install -q "moto[server]"
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1
@@ -51,5 +56,8 @@ if [ "${1:-}" = "--bundle" ]; then
   rm -rf .deps/include/CLI .deps/include/nlohmann .deps/googletest
   cp -r "$(find_include CLI)" "$(find_include nlohmann)" "$(find_include xxhash.h)" .deps/include/
   cp -r /usr/src/googletest .deps/googletest
+  # libcurl's headers (the library itself is on most machines; its -dev package often is not).
+  rm -rf .deps/include/curl
+  cp -r "$(dirname "$(echo '#include <curl/curl.h>' | ${CXX:-c++} -H -E -x c++ - 2>&1 >/dev/null | sed -n 's/^\. //p' | head -1)")" .deps/include/curl
   echo "deps: bundle in .deps/ ($(du -sh .deps | cut -f1))"
 fi

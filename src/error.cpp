@@ -52,4 +52,28 @@ format_error::format_error(std::string file, std::string field, std::string reas
       field_(detail::escape_text(field)),
       reason_(detail::escape_text(reason)) {}
 
+namespace {
+
+std::string describe_remote(int status, const std::string& url, const std::string& what_failed,
+                            const std::string& credentials, const io_context& w) {
+    std::string s = what_failed + ": " + url;
+    if (w.length != 0 || w.offset != 0)
+        s += ", bytes [" + std::to_string(w.offset) + ", " + std::to_string(w.offset + w.length) + ")";
+    s += status ? " (HTTP " + std::to_string(status) + ")" : " (no HTTP response)";
+    if (!credentials.empty()) s += " [credentials: " + credentials + "]";
+    return s;
+}
+
+}  // namespace
+
+remote_error::remote_error(int status, std::string url, std::string what_failed, std::string credentials,
+                           io_context where)
+    : error(describe_remote(status, url, what_failed, credentials, where)),
+      status_(status),
+      url_(std::move(url)),
+      credentials_(std::move(credentials)),
+      where_(std::move(where)) {
+    if (where_.path.empty()) where_.path = url_;
+}
+
 }  // namespace ferry

@@ -49,8 +49,29 @@ constexpr std::string_view names[] = {
     "FERRY_THREADS",         "FERRY_TASK_SIZE",          "FERRY_STAGING_BUFFER_SIZE",
     "FERRY_STAGING_BUFFERS", "FERRY_STAGING_MEMORY_LIMIT", "FERRY_GDS",
     "FERRY_GDS_THRESHOLD",   "FERRY_DIRECT_IO",          "FERRY_LOG_LEVEL",
-    "FERRY_CUFILE_LIBRARY",
+    "FERRY_CUFILE_LIBRARY",  "FERRY_REMOTE_CONCURRENCY", "FERRY_REMOTE_RANGE_SIZE",
+    "FERRY_REMOTE_CONNECT_TIMEOUT", "FERRY_REMOTE_TIMEOUT", "FERRY_REMOTE_RETRIES",
+    "FERRY_REMOTE_RETRY_DELAY", "FERRY_REMOTE_CA_BUNDLE", "FERRY_S3_ADDRESSING",
 };
+
+// Durations: "250ms", "10s", "2m", or a bare number of milliseconds.
+std::size_t parse_duration_ms(std::string_view name, std::string_view text, std::size_t lo, std::size_t hi) {
+    std::string_view t = trim(text);
+    std::size_t digits = 0;
+    while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+    std::string unit = lower(trim(t.substr(digits)));
+    std::size_t scale = 0;
+    if (unit.empty() || unit == "ms") scale = 1;
+    else if (unit == "s") scale = 1000;
+    else if (unit == "m" || unit == "min") scale = 60000;
+    if (digits == 0 || scale == 0)
+        throw settings_error(std::string(name), std::string(text), "not a duration (e.g. 500ms, 10s, 2m)");
+    std::size_t v = parse_count(name, t.substr(0, digits), 0, SIZE_MAX / 60000) * scale;
+    if (v < lo || v > hi)
+        throw settings_error(std::string(name), std::string(text),
+                             "must be between " + std::to_string(lo) + "ms and " + std::to_string(hi) + "ms");
+    return v;
+}
 
 }  // namespace
 
@@ -115,6 +136,25 @@ void apply_setting(settings& s, std::string_view name, std::string_view value) {
     } else if (name == "FERRY_CUFILE_LIBRARY") {
         if (trim(value).empty()) bad("must name a library");
         s.cufile_library = std::string(trim(value));
+    } else if (name == "FERRY_REMOTE_CONCURRENCY") {
+        s.remote_concurrency = parse_count(name, value, 0, 1024);
+    } else if (name == "FERRY_REMOTE_RANGE_SIZE") {
+        std::size_t n = parse_size(name, value);
+        if (n != 0 && n < 65536) bad("must be 0 (derive) or at least 64K");
+        s.remote_range_size = n;
+    } else if (name == "FERRY_REMOTE_CONNECT_TIMEOUT") {
+        s.remote_connect_timeout_ms = parse_duration_ms(name, value, 1, 3600000);
+    } else if (name == "FERRY_REMOTE_TIMEOUT") {
+        s.remote_stall_timeout_ms = parse_duration_ms(name, value, 1000, 3600000);
+    } else if (name == "FERRY_REMOTE_RETRIES") {
+        s.remote_retries = parse_count(name, value, 0, 100);
+    } else if (name == "FERRY_REMOTE_RETRY_DELAY") {
+        s.remote_retry_delay_ms = parse_duration_ms(name, value, 0, 60000);
+    } else if (name == "FERRY_REMOTE_CA_BUNDLE") {
+        s.remote_ca_bundle = std::string(trim(value));
+    } else if (name == "FERRY_S3_ADDRESSING") {
+        if (v != "auto" && v != "path" && v != "virtual") bad("must be auto, path or virtual");
+        s.s3_addressing = v;
     } else {
         throw usage_error("unknown setting " + std::string(name));
     }
@@ -157,6 +197,11 @@ settings settings::resolved() const {
     if (r.staging_buffer_size == 0) r.staging_buffer_size = 2u << 20;
     if (r.task_size == 0) r.task_size = 16 * r.staging_buffer_size;
     if (r.staging_memory_limit == 0) r.staging_memory_limit = 1ull << 30;
+    // Remote objects: one TCP stream rarely fills a fast link (window and per-connection server
+    // limits), so many ranges go at once; 8 MiB ranges keep the per-request round trip small
+    // against the transfer while still splitting a large tensor across connections.
+    if (r.remote_concurrency == 0) r.remote_concurrency = 16;
+    if (r.remote_range_size == 0) r.remote_range_size = 8u << 20;
     return r;
 }
 
@@ -172,6 +217,15 @@ std::string to_json(const settings& s) {
     j["direct_io"] = std::string(to_string(s.direct_io));
     j["log_level"] = std::string(to_string(s.log));
     j["cufile_library"] = s.cufile_library;
+    j["remote_concurrency"] = s.remote_concurrency;
+    j["remote_range_size"] = s.remote_range_size;
+    // Keys are the variables' names (Python's ferry.settings attributes); durations in ms.
+    j["remote_connect_timeout"] = s.remote_connect_timeout_ms;
+    j["remote_timeout"] = s.remote_stall_timeout_ms;
+    j["remote_retries"] = s.remote_retries;
+    j["remote_retry_delay"] = s.remote_retry_delay_ms;
+    j["remote_ca_bundle"] = s.remote_ca_bundle;
+    j["s3_addressing"] = s.s3_addressing;
     return j.dump();
 }
 

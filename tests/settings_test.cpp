@@ -93,3 +93,31 @@ TEST(settings, every_variable_is_documented) {
 }
 
 }  // namespace
+
+TEST(settings, remote_variables_parse) {
+    auto s = parse({{"FERRY_REMOTE_CONCURRENCY", "32"},
+                    {"FERRY_REMOTE_RANGE_SIZE", "16M"},
+                    {"FERRY_REMOTE_CONNECT_TIMEOUT", "3s"},
+                    {"FERRY_REMOTE_TIMEOUT", "2m"},
+                    {"FERRY_REMOTE_RETRIES", "4"},
+                    {"FERRY_REMOTE_RETRY_DELAY", "250ms"},
+                    {"FERRY_REMOTE_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"},
+                    {"FERRY_S3_ADDRESSING", "Path"}});
+    EXPECT_EQ(s.remote_concurrency, 32u);
+    EXPECT_EQ(s.remote_range_size, 16u << 20);
+    EXPECT_EQ(s.remote_connect_timeout_ms, 3000u);
+    EXPECT_EQ(s.remote_stall_timeout_ms, 120000u);
+    EXPECT_EQ(s.remote_retries, 4u);
+    EXPECT_EQ(s.remote_retry_delay_ms, 250u);
+    EXPECT_EQ(s.remote_ca_bundle, "/etc/ssl/certs/ca-certificates.crt");
+    EXPECT_EQ(s.s3_addressing, "path");
+    auto r = ferry::settings{}.resolved();
+    EXPECT_EQ(r.remote_concurrency, 16u);
+    EXPECT_EQ(r.remote_range_size, 8u << 20);
+    for (auto [name, value] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"FERRY_REMOTE_RANGE_SIZE", "1K"}, {"FERRY_REMOTE_TIMEOUT", "10"}, {"FERRY_REMOTE_RETRIES", "1000"},
+             {"FERRY_REMOTE_CONNECT_TIMEOUT", "soon"}, {"FERRY_S3_ADDRESSING", "dns"}}) {
+        SCOPED_TRACE(name);
+        EXPECT_THROW(parse({{name, value}}), ferry::settings_error);
+    }
+}

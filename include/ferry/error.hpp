@@ -104,4 +104,24 @@ private:
     std::string reason_;
 };
 
+/// A remote object (http://, https://, s3://) could not be read or written: the HTTP status (0
+/// when no response came: refused connection, timeout, TLS failure), the URL with any
+/// credentials redacted, and which credentials were used ("none", "environment", "profile dev",
+/// "instance metadata (IMDSv2)"...), never a secret.
+class FERRY_EXPORT remote_error : public error {
+public:
+    remote_error(int status, std::string url, std::string what_failed, std::string credentials = {},
+                 io_context where = {});
+    int status() const noexcept { return status_; }
+    const std::string& url() const noexcept { return url_; }
+    const std::string& credentials() const noexcept { return credentials_; }
+    const io_context& where() const noexcept { return where_; }
+
+private:
+    int status_;
+    std::string url_;
+    std::string credentials_;
+    io_context where_;
+};
+
 }  // namespace ferry

@@ -42,6 +42,15 @@ struct FERRY_EXPORT settings {
     direct_io_mode direct_io = direct_io_mode::off;  ///< FERRY_DIRECT_IO
     log_level log = log_level::warn;          ///< FERRY_LOG_LEVEL
     std::string cufile_library = "libcufile.so.0";  ///< FERRY_CUFILE_LIBRARY: what dlopen loads
+    /// Remote objects (http://, https://, s3://).
+    std::size_t remote_concurrency = 0;       ///< FERRY_REMOTE_CONCURRENCY: ranged GETs in flight per object
+    std::size_t remote_range_size = 0;        ///< FERRY_REMOTE_RANGE_SIZE: bytes per ranged GET
+    std::size_t remote_connect_timeout_ms = 10000;  ///< FERRY_REMOTE_CONNECT_TIMEOUT: ms to connect
+    std::size_t remote_stall_timeout_ms = 30000;    ///< FERRY_REMOTE_TIMEOUT: ms without progress
+    std::size_t remote_retries = 8;           ///< FERRY_REMOTE_RETRIES: retries of one request
+    std::size_t remote_retry_delay_ms = 100;  ///< FERRY_REMOTE_RETRY_DELAY: first backoff, doubling
+    std::string remote_ca_bundle;             ///< FERRY_REMOTE_CA_BUNDLE: CA file ("" = as curl finds it)
+    std::string s3_addressing = "auto";       ///< FERRY_S3_ADDRESSING: auto, path or virtual
 
     /// Settings from the FERRY_* environment variables over the defaults.
     /// Throws settings_error naming the variable when a value does not parse.

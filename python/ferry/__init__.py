@@ -21,6 +21,7 @@ from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (
     ChunkError,
     CudaError,
+    RemoteError,
     CuFileError,
     EndOfFileError,
     Error,
@@ -54,6 +55,7 @@ __all__ = [
     "Array",
     "ChunkError",
     "CudaError",
+    "RemoteError",
     "CuFileError",
     "EndOfFileError",
     "Error",

@@ -39,11 +39,16 @@ def _proc_path(fd: int) -> str:
     return "/proc/self/fd/%d" % fd
 
 
+def _is_url(path: str) -> bool:
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.lower() in ("http", "https", "s3")
+
+
 def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
              shape: Sequence[int] | None = None, device: Any = None, like: Any = None):
     """Reads a raw binary file into host or GPU memory, as ``numpy.fromfile`` does.
 
-    ``file`` is a path or an open file; an open file is read from its current position
+    ``file`` is a path, a URL (``http://``, ``https://``, ``s3://bucket/key``) or an open file; an open file is read from its current position
     (plus ``offset``) and left positioned after the last item read, as with numpy. ``count``
     items of ``dtype`` are read (-1: to the end of the file; fewer when the file ends first,
     as with numpy). ``shape`` shapes the result (and sets the count when it is -1).
@@ -76,6 +81,9 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         start += file.tell()
         size = os.fstat(fd).st_size
         path, fobj = _proc_path(fd), file
+    elif _is_url(path):
+        with _ferry.File(path, "r") as remote:  # http://, https://, s3://: the size from the server
+            size = remote.size()
     else:
         size = os.stat(path).st_size
     if start < 0 or start > size:

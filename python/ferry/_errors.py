@@ -14,6 +14,9 @@ ferry class                 raised for                                  also a
 ``EndOfFileError``          a read past the end of a file               ``OSError``, ``EOFError``
 ``CuFileError``             a failed cuFile call (``code``)             ``OSError``
 ``CudaError``               a failed CUDA runtime call (``code``)       ``RuntimeError``
+``RemoteError``             an HTTP/S3 object that could not be read    ``OSError``
+                            or written (``status``, ``url``,
+                            ``credentials``)
 ==========================  ==========================================  =====================
 
 A ``FileError`` for a missing file is also a ``FileNotFoundError``, for a denied one a
@@ -36,6 +39,7 @@ __all__ = [
     "EndOfFileError",
     "CuFileError",
     "CudaError",
+    "RemoteError",
 ]
 
 
@@ -102,6 +106,19 @@ class CudaError(Error, RuntimeError):
     filename: str | None = None
 
 
+class RemoteError(FileError):
+    """A remote object (``http://``, ``https://``, ``s3://``) could not be read or written.
+    ``status`` is the HTTP status (0: no response came), ``url`` the URL with credentials
+    redacted (also ``filename``), ``credentials`` which credentials were used (never a secret)."""
+
+    status: int | None = None
+    url: str | None = None
+    credentials: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "remote error"
+
+
 # OSError picks a subclass from errno (FileNotFoundError for ENOENT, ...) only when called as
 # OSError itself; ferry's FileError does the same through these combined classes.
 _ERRNO_CLASSES = {
@@ -150,6 +167,12 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
             if key in attrs:
                 setattr(exc, key, attrs[key])
         return exc
+    if kind == "remote":
+        exc = RemoteError(_errno.EIO, message, attrs.get("url"))
+        exc.args = (message,)
+        for key in ("status", "url", "credentials", "offset", "length"):
+            setattr(exc, key, attrs.get(key))
+        return exc
     cls = {
         "format": FormatError,
         "settings": SettingsError,
@@ -163,6 +186,6 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
 
 
 for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
-             EndOfFileError, CuFileError, CudaError):
+             EndOfFileError, CuFileError, CudaError, RemoteError):
     _cls.__module__ = "ferry"
 del _cls

@@ -77,6 +77,12 @@ void translate(const std::exception_ptr& p, void*) {
         nb::dict d = where_dict(e.where());
         d["code"] = e.code();
         raise_python("cuda", e.what(), d);
+    } catch (const remote_error& e) {
+        nb::dict d = where_dict(e.where());
+        d["status"] = e.status();
+        d["url"] = e.url();
+        d["credentials"] = e.credentials();
+        raise_python("remote", e.what(), d);
     } catch (const error& e) {
         raise_python("error", e.what(), nb::dict());
     }

@@ -5,7 +5,9 @@
 #include <mutex>
 
 #include "backend/cufile/cufile_source.hpp"
+#include "backend/http/http_source.hpp"
 #include "backend/posix/posix_source.hpp"
+#include "backend/s3/s3_source.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
@@ -15,6 +17,9 @@ namespace {
 std::vector<scheme_entry> built_in() {
     return {
         {"file", "posix", open_local_file, {}},
+        {"http", "http", open_http_source, {}},
+        {"https", "http", open_http_source, {}},
+        {"s3", "s3", open_s3_source, {}},
     };
 }
 

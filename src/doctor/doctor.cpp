@@ -15,9 +15,11 @@
 #include "doctor/cufile_probe.hpp"
 #include "doctor/gds_section.hpp"
 #include "doctor/path_probe.hpp"
+#include "doctor/remote_probe.hpp"
 #include "doctor/report_fields.hpp"
 #include "doctor/route_verdict.hpp"
 #include "doctor/summary.hpp"
+#include "backend/http/url.hpp"
 #include "shim/std_fd_guard.hpp"
 #include "doctor/system_probe.hpp"
 #include "doctor/text_report.hpp"
@@ -124,6 +126,25 @@ doctor_report run_doctor(const doctor_options& options) {
     json paths = json::array();
     std::vector<std::string> staging;
     for (const auto& path : options.paths) {
+        if (doctor::is_remote_location(path)) {
+            json p = doctor::bounded([path, s] { return doctor::probe_remote(path, s); },
+                                     {{"path", detail::redact_url(path)}, {"remote", true}, {"exists", false}});
+            doctor_path_verdict v{p["path"].get<std::string>(), std::nullopt, {}};
+            if (doctor::truthy(p, "exists")) {
+                // Remote bytes land in pinned staging buffers and move to the GPU pipelined.
+                v.route = io_path::staged;
+                v.reasons.push_back("a remote object: ranged GETs into pinned staging buffers, copied to the GPU "
+                                    "while the next ranges arrive");
+                v.reasons.push_back(p["plan"]["reason"].get<std::string>());
+            } else {
+                v.reasons.push_back(p.contains("error") ? p["error"].get<std::string>() : "unreachable");
+            }
+            p["verdict"] = v.route ? json(std::string(to_string(*v.route))) : json(nullptr);
+            p["reasons"] = v.reasons;
+            out.paths.push_back(std::move(v));
+            paths.push_back(std::move(p));
+            continue;
+        }
         json p = doctor::bounded([path, library = s.cufile_library] { return doctor::probe_path(path, library); },
                                  {{"path", path}, {"exists", false}});
         if (!p.contains("exists")) p["exists"] = false;

@@ -129,7 +129,44 @@ void kernel_section(std::string& out, const json& k, const json& udev) {
     line(out, "udev database", get(udev, "present") == true ? "present" : "absent (/run/udev/data)");
 }
 
+void remote_section(std::string& out, const json& p) {
+    out += "\nRemote " + str(get(p, "path")) + "\n";
+    if (get(p, "endpoint").is_string()) {
+        std::string e = str(get(p, "endpoint"));
+        if (get(p, "endpoint_source").is_string()) e += " (from " + str(get(p, "endpoint_source")) + ")";
+        if (get(p, "addressing").is_string()) e += ", " + str(get(p, "addressing")) + " addressing";
+        line(out, "endpoint", e);
+    }
+    if (get(p, "region").is_string()) line(out, "region", str(get(p, "region")));
+    line(out, "credentials", str(get(p, "credentials"), "none"));
+    for (const auto& c : get(p, "credential_chain")) line(out, "  chain", str(c));
+    if (get(p, "exists") != true) {
+        line(out, "error", str(get(p, "error")));
+    } else {
+        if (get(p, "probed_object").is_string()) line(out, "probed", str(get(p, "probed_object")));
+        if (get(p, "size_bytes").is_number()) line(out, "size", bytes(get(p, "size_bytes")));
+        if (get(p, "latency_ms").is_number()) {
+            char b[64];
+            std::snprintf(b, sizeof b, "%.2f ms (best one-byte ranged GET)", get(p, "latency_ms").get<double>());
+            line(out, "latency", b);
+        }
+        const json& t = get(p, "throughput");
+        if (t.is_object()) {
+            char b[160];
+            std::snprintf(b, sizeof b, "%.2f GB/s on one connection, %.2f GB/s on %s (%s probed)",
+                          get(t, "one_connection_gbps").get<double>(), get(t, "planned_gbps").get<double>(),
+                          str(get(t, "planned_connections")).c_str(), bytes(get(t, "bytes")).c_str());
+            line(out, "throughput", b);
+        }
+        if (get(p, "note").is_string()) line(out, "note", str(get(p, "note")));
+    }
+    const json& plan = get(p, "plan");
+    if (plan.is_object()) line(out, "plan", str(get(plan, "reason")));
+    for (const auto& r : get(p, "reasons")) line(out, "why", str(r));
+}
+
 void path_section(std::string& out, const json& p) {
+    if (get(p, "remote") == true) return remote_section(out, p);
     out += "\nPath " + str(get(p, "path")) + "\n";
     if (get(p, "exists") != true) {
         line(out, "error", str(get(p, "error")));

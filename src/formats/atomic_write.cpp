@@ -1,5 +1,7 @@
 #include "formats/atomic_write.hpp"
 
+#include "backend/registry.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -64,6 +66,13 @@ void remove_stale_temporaries(const std::string& dir, const std::string& base) {
 atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
     if (target_.empty() || target_.back() == '/')
         throw usage_error("cannot write to '" + target_ + "': not a file name");
+    if (detail::scheme_of(target_) != "file") {
+        // A remote object (s3://): its source is atomic itself. The multipart upload publishes
+        // the object whole at sync() and aborts when closed without it.
+        remote_ = true;
+        file_.emplace(target_, open_mode::write);
+        return;
+    }
     dir_ = directory_of(target_);
     struct stat st{};
     bool exists = sys::stat(target_.c_str(), &st) == 0;
@@ -100,6 +109,13 @@ atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
 }
 
 atomic_write::~atomic_write() {
+    if (remote_) {
+        try {
+            file_.reset();  // closes without sync(): the upload is aborted
+        } catch (...) {
+        }
+        return;
+    }
     if (!done_) {
         try {
             file_.reset();
@@ -111,6 +127,13 @@ atomic_write::~atomic_write() {
 }
 
 void atomic_write::commit() {
+    if (remote_) {
+        file_->sync();  // publishes the object, whole
+        file_->close();
+        file_.reset();
+        done_ = true;
+        return;
+    }
     try {
         file_->sync();
         file_->close();

@@ -1,6 +1,7 @@
 // Replacing a file atomically: write a temporary file in the target's directory, fsync it,
 // rename it over the target, fsync the directory. Readers see the old file or the new one,
-// never a mix; a failure (or a crash) before the rename leaves the old file intact.
+// never a mix; a failure (or a crash) before the rename leaves the old file intact. An s3://
+// target is written by multipart upload instead, which is atomic in the same sense.
 #pragma once
 
 #include <optional>
@@ -49,6 +50,7 @@ private:
     int lock_fd_ = -1;  ///< holds flock(LOCK_EX) on the temporary file while this writer lives
     bool keep_mode_ = false;
     bool done_ = false;
+    bool remote_ = false;  ///< an s3:// target: the source's own commit (multipart upload)
 };
 
 /// A system_error about `target`'s temporary file, restated about `target` (errno, byte range

@@ -10,7 +10,7 @@
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
 #include "ferry/safetensors.hpp"
-#include "shim/sys.hpp"
+#include "os/sys.hpp"
 
 namespace ferry {
 namespace {

@@ -1,0 +1,268 @@
+// libcurl glue: global initialisation, the shared DNS/TLS-session cache, the handle pool and
+// one request.
+#include "backend/http/http_client.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <strings.h>
+#include <random>
+#include <thread>
+
+namespace ferry::detail {
+namespace {
+
+// curl_global_init is not thread safe: call it once, before any handle exists.
+void global_init() {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// One share object for the process (never freed: handles may outlive any owner at exit).
+struct share_state {
+    CURLSH* share = nullptr;
+    std::array<std::mutex, CURL_LOCK_DATA_LAST> locks;
+};
+
+share_state& shared() {
+    static share_state* s = [] {
+        global_init();
+        auto* st = new share_state;
+        st->share = curl_share_init();
+        if (st->share) {
+            curl_share_setopt(st->share, CURLSHOPT_LOCKFUNC,
+                              +[](CURL*, curl_lock_data data, curl_lock_access, void* p) {
+                                  static_cast<share_state*>(p)->locks[data].lock();
+                              });
+            curl_share_setopt(st->share, CURLSHOPT_UNLOCKFUNC, +[](CURL*, curl_lock_data data, void* p) {
+                static_cast<share_state*>(p)->locks[data].unlock();
+            });
+            curl_share_setopt(st->share, CURLSHOPT_USERDATA, st);
+            curl_share_setopt(st->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+            curl_share_setopt(st->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+        }
+        return st;
+    }();
+    return *s;
+}
+
+struct exchange {
+    const http_request* request;
+    http_response* response;
+    CURL* handle;
+    bool headers_checked = false;
+    bool to_sink = false;
+};
+
+std::string trim(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    std::size_t i = 0;
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    return s.substr(i);
+}
+
+std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) {
+    auto* x = static_cast<exchange*>(user);
+    std::string line(data, size * count);
+    // A status line starts a new response (redirects, 100-continue): forget the earlier headers.
+    if (line.rfind("HTTP/", 0) == 0) {
+        x->response->headers.clear();
+        return size * count;
+    }
+    auto colon = line.find(':');
+    if (colon == std::string::npos) return size * count;
+    std::string name = line.substr(0, colon);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    x->response->headers[name] = trim(line.substr(colon + 1));
+    return size * count;
+}
+
+constexpr std::size_t max_error_body = 64 << 10;
+
+std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) {
+    auto* x = static_cast<exchange*>(user);
+    std::size_t n = size * count;
+    http_response& r = *x->response;
+    if (!x->headers_checked) {
+        x->headers_checked = true;
+        long status = 0;
+        curl_easy_getinfo(x->handle, CURLINFO_RESPONSE_CODE, &status);
+        r.status = static_cast<int>(status);
+        bool ok = status >= 200 && status < 300;
+        if (ok && x->request->accept) {
+            r.refused = x->request->accept(r.status, r.headers);
+            if (!r.refused.empty()) return 0;  // abort before a byte lands
+        }
+        x->to_sink = ok && x->request->sink != nullptr;
+    }
+    if (x->to_sink) {
+        if (n > x->request->sink_capacity - r.received) {
+            r.refused = "the server sent more bytes than the range holds";
+            return 0;
+        }
+        std::memcpy(x->request->sink + r.received, data, n);
+        r.received += n;
+        return n;
+    }
+    std::size_t keep = std::min(n, max_error_body - std::min(max_error_body, r.body.size()));
+    if (r.status >= 200 && r.status < 300) keep = n;  // a body the caller asked for, no cap
+    r.body.append(data, keep);
+    return n;
+}
+
+}  // namespace
+
+bool http_response::transport_retryable() const noexcept {
+    switch (static_cast<CURLcode>(curl_code)) {
+        case CURLE_COULDNT_CONNECT:
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_OPERATION_TIMEDOUT:
+        case CURLE_PARTIAL_FILE:
+        case CURLE_RECV_ERROR:
+        case CURLE_SEND_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+        case CURLE_SSL_CONNECT_ERROR:
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool http_response::status_retryable() const noexcept {
+    return status == 408 || status == 429 || (status >= 500 && status <= 599 && status != 501);
+}
+
+std::string http_response::header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? std::string() : it->second;
+}
+
+http_client::http_client(const settings& s) : settings_(s.resolved()) { shared(); }
+
+http_client::~http_client() {
+    for (CURL* h : idle_) curl_easy_cleanup(h);
+}
+
+CURL* http_client::acquire() {
+    {
+        std::lock_guard lock(mutex_);
+        if (!idle_.empty()) {
+            CURL* h = idle_.back();
+            idle_.pop_back();
+            return h;
+        }
+    }
+    return curl_easy_init();
+}
+
+void http_client::release(CURL* handle) noexcept {
+    std::lock_guard lock(mutex_);
+    idle_.push_back(handle);
+}
+
+http_response http_client::perform(const http_request& request, const http_auth& auth) {
+    http_response response;
+    CURL* h = acquire();
+    if (!h) {
+        response.curl_code = CURLE_FAILED_INIT;
+        response.curl_error = "curl_easy_init failed";
+        return response;
+    }
+    // reset keeps the handle's live connections and caches; only options go.
+    curl_easy_reset(h);
+    exchange x{&request, &response, h};
+    char error_buffer[CURL_ERROR_SIZE] = {};
+    curl_slist* headers = nullptr;
+    for (const std::string& line : request.headers) headers = curl_slist_append(headers, line.c_str());
+    if (!auth.session_token.empty())
+        headers = curl_slist_append(headers, ("x-amz-security-token: " + auth.session_token).c_str());
+    if (!auth.sigv4.empty()) {
+        // S3 wants the payload hash in a header; curl signs with it when it is present.
+        headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    }
+    // A body is bytes: without this curl would call it a form, which some servers then parse.
+    if (request.method != "GET" && request.method != "HEAD") {
+        bool typed = false;
+        for (const std::string& line : request.headers)
+            if (line.size() > 13 && strncasecmp(line.c_str(), "content-type:", 13) == 0) typed = true;
+        if (!typed) headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    }
+    // No "Expect: 100-continue" round trip before a body. Under SigV4 the removal itself would be
+    // signed as an empty header the server never sees (libcurl signs the user's header list), so
+    // there the wait for "100 Continue" is only kept short instead.
+    if (auth.sigv4.empty()) headers = curl_slist_append(headers, "Expect:");
+
+    curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(h, CURLOPT_SHARE, shared().share);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+    // HTTP/1.1: parallel ranges should travel on parallel connections, not share one HTTP/2 one.
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(settings_.remote_connect_timeout_ms));
+    // A stalled transfer (under 1 byte/s for the stall time) is cut and left to the retry policy.
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, static_cast<long>(settings_.remote_stall_timeout_ms / 1000)));
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!settings_.remote_ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, settings_.remote_ca_bundle.c_str());
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (request.follow_redirects) {
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+        curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    }
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    if (!request.range.empty()) curl_easy_setopt(h, CURLOPT_RANGE, request.range.c_str());
+    if (request.method == "HEAD") {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (request.method != "GET") {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body_size));
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body ? request.body : "");
+    }
+    if (!auth.sigv4.empty()) {
+        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, auth.sigv4.c_str());
+        curl_easy_setopt(h, CURLOPT_USERPWD, auth.user_password.c_str());
+    }
+
+    auto start = std::chrono::steady_clock::now();
+    CURLcode rc = curl_easy_perform(h);
+    response.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    response.status = static_cast<int>(status);
+    if (!response.refused.empty() && rc == CURLE_WRITE_ERROR) rc = CURLE_OK;  // our own abort
+    response.curl_code = rc;
+    if (rc != CURLE_OK) response.curl_error = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
+    // Secrets must not linger in a pooled handle's options.
+    curl_easy_setopt(h, CURLOPT_USERPWD, nullptr);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
+    curl_slist_free_all(headers);
+    release(h);
+    return response;
+}
+
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    double cap = std::min(20000.0, static_cast<double>(first_delay_ms) * std::pow(2.0, static_cast<double>(std::min<std::size_t>(attempt, 30))));
+    std::uniform_real_distribution<double> pick(0.0, cap);
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pick(rng)));
+}
+
+}  // namespace ferry::detail

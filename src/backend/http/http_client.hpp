@@ -1,0 +1,95 @@
+// One HTTP exchange over libcurl, and the connections kept between exchanges.
+//
+// An http_client owns a pool of curl easy handles: a worker takes one for a request and gives it
+// back, so each handle keeps its connection alive (HTTP/1.1 keep-alive) for the next request of
+// any worker. All clients share one process-wide curl share object for the DNS cache and TLS
+// session IDs, so a new connection to the same host skips the lookup and the full handshake.
+//
+// perform() makes exactly one attempt and reports what happened; retrying, resuming and
+// checking an object's identity belong to the sources (http_source), which know what a
+// response means.
+//
+// Thread safety: perform() may be called from many threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ferry/settings.hpp"
+
+typedef void CURL;  // NOLINT: curl's own typedef, so this header needs no curl.h
+
+namespace ferry::detail {
+
+/// How a request is signed. Empty: not at all (plain or presigned URLs).
+struct http_auth {
+    std::string sigv4;          ///< CURLOPT_AWS_SIGV4 ("aws:amz:us-east-1:s3"), or ""
+    std::string user_password;  ///< "ACCESS_KEY:SECRET" for SigV4; never shown anywhere
+    std::string session_token;  ///< sent as x-amz-security-token when set
+    std::string label;          ///< which credentials these are, for messages ("environment")
+};
+
+struct http_request {
+    std::string method = "GET";  ///< GET, HEAD, PUT, POST, DELETE
+    std::string url;
+    std::vector<std::string> headers;  ///< "Name: value"
+    std::string range;                 ///< CURLOPT_RANGE "first-last", or ""
+    const char* body = nullptr;        ///< request body (PUT/POST), sent as is and hashed by SigV4
+    std::size_t body_size = 0;
+    /// Where a successful (2xx) response body goes: straight into [sink, sink + sink_capacity).
+    /// Null: into http_response::body. More bytes than the capacity abort the transfer.
+    char* sink = nullptr;
+    std::size_t sink_capacity = 0;
+    /// Called once the headers of a 2xx response are in, before any body byte is stored; a
+    /// non-empty return aborts the transfer and becomes http_response::refused.
+    std::function<std::string(int status, const std::map<std::string, std::string>& headers)> accept;
+    bool follow_redirects = true;
+};
+
+struct http_response {
+    int status = 0;          ///< HTTP status of the last response, 0 when none came
+    int curl_code = 0;       ///< CURLcode (0: the exchange completed)
+    std::string curl_error;  ///< curl's description of a failed exchange
+    std::map<std::string, std::string> headers;  ///< names in lower case
+    std::string body;        ///< the body when no sink took it (error bodies always land here)
+    std::size_t received = 0;  ///< body bytes stored in the sink
+    std::string refused;       ///< why accept() refused the response
+    double seconds = 0;        ///< time the exchange took
+
+    /// The exchange failed below HTTP in a way a retry can fix: connection refused or reset,
+    /// timeout, a body cut short.
+    bool transport_retryable() const noexcept;
+    /// Statuses a retry can fix: 408, 429, 5xx.
+    bool status_retryable() const noexcept;
+    /// The header's value, or "".
+    std::string header(const std::string& lower_name) const;
+};
+
+class http_client {
+public:
+    explicit http_client(const settings& s);
+    ~http_client();
+    http_client(const http_client&) = delete;
+    http_client& operator=(const http_client&) = delete;
+
+    http_response perform(const http_request& request, const http_auth& auth);
+
+private:
+    CURL* acquire();
+    void release(CURL* handle) noexcept;
+
+    settings settings_;
+    std::mutex mutex_;
+    std::vector<CURL*> idle_;
+};
+
+/// Sleeps the backoff before retry number `attempt` (0-based): full jitter over
+/// [0, min(20 s, first_delay * 2^attempt)].
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms);
+
+}  // namespace ferry::detail

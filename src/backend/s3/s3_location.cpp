@@ -1,0 +1,78 @@
+// Endpoint, region, addressing style and signing of an s3:// location.
+#include "backend/s3/s3_location.hpp"
+
+#include <cctype>
+
+#include "backend/http/url.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+namespace {
+
+// A bucket name that can be a DNS label under TLS wildcard certificates: no dots, lower case.
+bool virtual_host_friendly(const std::string& bucket) {
+    for (char c : bucket)
+        if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-'))
+            return false;
+    return !bucket.empty();
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_s3_url(const std::string& location) {
+    if (url_scheme(location) != "s3") throw usage_error("not an s3:// URL: " + redact_url(location));
+    std::string rest = location.substr(5);
+    auto slash = rest.find('/');
+    std::string bucket = rest.substr(0, slash);
+    std::string key = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
+    if (bucket.empty() || bucket.find_first_of("@?#:") != std::string::npos)
+        throw usage_error("not an s3://bucket/key URL (bad bucket name): " + redact_url(location));
+    return {bucket, key};
+}
+
+s3_location resolve_s3_location(const std::string& location, const s3_options& o, const env_lookup& env,
+                                const settings& s) {
+    s3_location l;
+    std::tie(l.bucket, l.key) = split_s3_url(location);
+    l.location = "s3://" + l.bucket + "/" + l.key;
+    l.region = resolve_aws_region(o, env);
+
+    aws_profile profile = load_aws_profile(env, o.profile);
+    std::string custom;
+    if (!o.endpoint.empty()) custom = o.endpoint, l.endpoint_source = "arguments";
+    else if (auto e = env("AWS_ENDPOINT_URL_S3"); e && !e->empty()) custom = *e, l.endpoint_source = "AWS_ENDPOINT_URL_S3";
+    else if (auto e2 = env("AWS_ENDPOINT_URL"); e2 && !e2->empty()) custom = *e2, l.endpoint_source = "AWS_ENDPOINT_URL";
+    else if (std::string p = profile.get("endpoint_url"); !p.empty()) custom = p, l.endpoint_source = "profile " + profile.name;
+    while (!custom.empty() && custom.back() == '/') custom.pop_back();
+    if (!custom.empty() && url_scheme(custom) != "http" && url_scheme(custom) != "https")
+        throw usage_error("the S3 endpoint (from " + l.endpoint_source + ") is not an http(s) URL: " + redact_url(custom));
+
+    std::string mode = s.s3_addressing;
+    l.path_style = mode == "path" ||
+                   (mode == "auto" && (!custom.empty() || !virtual_host_friendly(l.bucket)));
+    std::string encoded_key = uri_encode(l.key, true);
+    if (custom.empty()) {
+        l.endpoint_source = "default";
+        l.endpoint = "https://s3." + l.region + ".amazonaws.com";
+    } else {
+        l.endpoint = custom;
+    }
+    if (l.path_style) {
+        l.bucket_url = l.endpoint + "/" + uri_encode(l.bucket, false) + "/";
+    } else {
+        auto sep = l.endpoint.find("://") + 3;
+        l.bucket_url = l.endpoint.substr(0, sep) + l.bucket + "." + l.endpoint.substr(sep) + "/";
+    }
+    l.object_url = l.bucket_url + encoded_key;
+
+    l.credentials = resolve_aws_credentials(o, env, l.location, &l.chain);
+    l.auth.label = l.credentials.source;
+    if (!l.credentials.anonymous()) {
+        l.auth.sigv4 = "aws:amz:" + l.region + ":s3";
+        l.auth.user_password = l.credentials.access_key + ":" + l.credentials.secret_key;
+        l.auth.session_token = l.credentials.session_token;
+    }
+    return l;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,192 @@
+// Each link of the AWS credential chain, in order, with files in a temporary HOME and local
+// container, instance-metadata and STS endpoints (credential_server.py on 127.0.0.1).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "backend/remote_servers.hpp"
+#include "backend/s3/credential_chain.hpp"
+#include "backend/s3/s3_location.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::test {
+namespace {
+
+using detail::aws_credentials;
+using detail::resolve_aws_credentials;
+using detail::s3_options;
+
+struct fake_env {
+    std::map<std::string, std::string> vars;
+    detail::env_lookup lookup() const {
+        return [this](const std::string& n) -> std::optional<std::string> {
+            auto it = vars.find(n);
+            if (it == vars.end()) return std::nullopt;
+            return it->second;
+        };
+    }
+};
+
+class chain_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::filesystem::create_directories(home_ / ".aws");
+        // Never ask a real metadata service: every test that wants IMDS points it at 127.0.0.1.
+        env_.vars = {{"HOME", home_.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}};
+    }
+    aws_credentials resolve(const s3_options& o = {}) {
+        return resolve_aws_credentials(o, env_.lookup(), "s3://bucket/key", &tried_);
+    }
+    void write(const std::string& name, const std::string& text) { std::ofstream(home_ / name) << text; }
+    temp_dir home_;
+    fake_env env_;
+    std::vector<std::string> tried_;
+};
+
+TEST_F(chain_test, arguments_come_first) {
+    env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENV";
+    env_.vars["AWS_SECRET_ACCESS_KEY"] = "env-secret";
+    s3_options o;
+    o.access_key = "AKIAARG";
+    o.secret_key = "arg-secret";
+    auto c = resolve(o);
+    EXPECT_EQ(c.access_key, "AKIAARG");
+    EXPECT_EQ(c.source, "arguments");
+}
+
+TEST_F(chain_test, the_environment_with_a_session_token) {
+    env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENV";
+    env_.vars["AWS_SECRET_ACCESS_KEY"] = "env-secret";
+    env_.vars["AWS_SESSION_TOKEN"] = "env-token";
+    write(".aws/credentials", "[default]\naws_access_key_id = AKIAFILE\naws_secret_access_key = file-secret\n");
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "AKIAENV");
+    EXPECT_EQ(c.session_token, "env-token");
+    EXPECT_EQ(c.source, "environment");
+}
+
+TEST_F(chain_test, the_default_profile_from_the_credentials_file) {
+    write(".aws/credentials", "# comment\n[other]\naws_access_key_id=AKIAOTHER\naws_secret_access_key=x\n"
+                              "[default]\naws_access_key_id = AKIAFILE\naws_secret_access_key = file-secret\n");
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "AKIAFILE");
+    EXPECT_EQ(c.secret_key, "file-secret");
+    EXPECT_NE(c.source.find("profile default"), std::string::npos) << c.source;
+}
+
+TEST_F(chain_test, aws_profile_picks_a_profile_and_config_gives_region_and_endpoint) {
+    env_.vars["AWS_PROFILE"] = "dev";
+    write(".aws/credentials", "[dev]\naws_access_key_id = AKIADEV\naws_secret_access_key = dev-secret\n");
+    write(".aws/config", "[default]\nregion = us-east-1\n[profile dev]\nregion = eu-west-3\n"
+                         "endpoint_url = http://127.0.0.1:9/\n");
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "AKIADEV");
+    EXPECT_NE(c.source.find("profile dev"), std::string::npos);
+    EXPECT_EQ(detail::resolve_aws_region({}, env_.lookup()), "eu-west-3");
+    auto l = detail::resolve_s3_location("s3://bucket/a/b c.bin", {}, env_.lookup(), settings{});
+    EXPECT_EQ(l.endpoint, "http://127.0.0.1:9");
+    EXPECT_EQ(l.endpoint_source, "profile dev");
+    EXPECT_TRUE(l.path_style);
+    EXPECT_EQ(l.object_url, "http://127.0.0.1:9/bucket/a/b%20c.bin");
+    EXPECT_EQ(l.auth.sigv4, "aws:amz:eu-west-3:s3");
+}
+
+TEST_F(chain_test, keys_in_the_config_file_count_too) {
+    write(".aws/config", "[profile cfg]\naws_access_key_id = AKIACFG\naws_secret_access_key = cfg-secret\n");
+    s3_options o;
+    o.profile = "cfg";
+    auto c = resolve(o);
+    EXPECT_EQ(c.access_key, "AKIACFG");
+}
+
+TEST_F(chain_test, a_named_profile_that_does_not_exist_is_an_error) {
+    s3_options o;
+    o.profile = "nope";
+    EXPECT_THROW(resolve(o), remote_error);
+}
+
+TEST_F(chain_test, web_identity_asks_sts) {
+    python_server sts({backend_test_dir() + "/credential_server.py", "--web-token", "jwt-123"});
+    write("token", "jwt-123\n");
+    env_.vars["AWS_WEB_IDENTITY_TOKEN_FILE"] = home_ / "token";
+    env_.vars["AWS_ROLE_ARN"] = "arn:aws:iam::123456789012:role/ferry";
+    env_.vars["AWS_ENDPOINT_URL_STS"] = sts.url();
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "ASIASTSEXAMPLE");
+    EXPECT_EQ(c.session_token, "asiasts-session");
+    EXPECT_NE(c.source.find("web identity"), std::string::npos);
+    // A token STS refuses is an error naming the link, never the token.
+    write("token", "wrong-token\n");
+    try {
+        resolve();
+        FAIL() << "accepted a bad token";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 403);
+        EXPECT_NE(e.credentials().find("web identity"), std::string::npos);
+        EXPECT_EQ(std::string(e.what()).find("wrong-token"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(chain_test, the_container_endpoint_with_its_authorization_token) {
+    python_server endpoint({backend_test_dir() + "/credential_server.py", "--auth", "Bearer abc"});
+    env_.vars["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = endpoint.url("/container/creds");
+    write("auth", "Bearer abc");
+    env_.vars["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] = home_ / "auth";
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "ASIACONTAINEREXAMPLE");
+    EXPECT_EQ(c.source, "container credentials endpoint");
+    env_.vars.erase("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    EXPECT_THROW(resolve(), remote_error);  // 401 without the token
+}
+
+TEST_F(chain_test, instance_metadata_v2) {
+    python_server imds({backend_test_dir() + "/credential_server.py"});
+    env_.vars.erase("AWS_EC2_METADATA_DISABLED");
+    env_.vars["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url("/");
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "ASIAIMDSEXAMPLE");
+    EXPECT_EQ(c.session_token, "asiaimds-session");
+    EXPECT_NE(c.source.find("IMDSv2"), std::string::npos);
+}
+
+TEST_F(chain_test, no_credentials_is_an_error_listing_every_link) {
+    try {
+        resolve();
+        FAIL() << "found credentials";
+    } catch (const remote_error& e) {
+        std::string w = e.what();
+        EXPECT_EQ(e.credentials(), "none");
+        for (const char* link : {"environment", "profile default", "web identity", "container", "instance metadata"})
+            EXPECT_NE(w.find(link), std::string::npos) << link << " missing in " << w;
+    }
+}
+
+TEST_F(chain_test, unsigned_requests_need_no_credentials) {
+    env_.vars["AWS_NO_SIGN_REQUEST"] = "true";
+    auto c = resolve();
+    EXPECT_TRUE(c.anonymous());
+}
+
+TEST_F(chain_test, endpoints_and_addressing_styles) {
+    env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENV";
+    env_.vars["AWS_SECRET_ACCESS_KEY"] = "env-secret";
+    env_.vars["AWS_REGION"] = "ap-south-1";
+    auto l = detail::resolve_s3_location("s3://my-bucket/k/x.bin", {}, env_.lookup(), settings{});
+    EXPECT_FALSE(l.path_style);
+    EXPECT_EQ(l.object_url, "https://my-bucket.s3.ap-south-1.amazonaws.com/k/x.bin");
+    auto dotted = detail::resolve_s3_location("s3://my.bucket/x", {}, env_.lookup(), settings{});
+    EXPECT_EQ(dotted.object_url, "https://s3.ap-south-1.amazonaws.com/my.bucket/x");
+    env_.vars["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1";
+    env_.vars["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:2";
+    auto custom = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), settings{});
+    EXPECT_EQ(custom.object_url, "http://127.0.0.1:2/b/x");
+    EXPECT_EQ(custom.endpoint_source, "AWS_ENDPOINT_URL_S3");
+    settings s;
+    s.s3_addressing = "virtual";
+    auto virt = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), s);
+    EXPECT_EQ(virt.object_url, "http://b.127.0.0.1:2/x");
+    EXPECT_THROW(detail::resolve_s3_location("s3:///x", {}, env_.lookup(), s), usage_error);
+}
+
+}  // namespace
+}  // namespace ferry::test

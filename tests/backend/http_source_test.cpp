@@ -1,0 +1,282 @@
+// The HTTP source against real servers on 127.0.0.1: nginx for the protocol (ranges, keep-alive,
+// many readers at once) and fault_server.py for what networks and servers do wrong.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "backend/http/http_source.hpp"
+#include "backend/http/url.hpp"
+#include "backend/remote_servers.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::test {
+namespace {
+
+using detail::http_source;
+
+settings quick_settings() {
+    settings s;
+    s.remote_retry_delay_ms = 5;
+    s.remote_retries = 8;
+    s.remote_connect_timeout_ms = 2000;
+    s.remote_stall_timeout_ms = 2000;
+    return s;
+}
+
+std::unique_ptr<detail::source> open(const std::string& url, const settings& s = quick_settings()) {
+    return detail::open_http_source(url, open_mode::read, s);
+}
+
+std::vector<std::uint8_t> read_all(detail::source& src, std::uint64_t offset, std::size_t n) {
+    std::vector<std::uint8_t> out(n);
+    src.read(reinterpret_cast<char*>(out.data()), n, offset, {});
+    return out;
+}
+
+class nginx_test : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = new temp_dir();
+        write_pattern_file(*dir_ / "object.bin", size_, 7);
+        write_pattern_file(*dir_ / "empty.bin", 0);
+        server_ = new nginx_server(dir_->path());
+    }
+    static void TearDownTestSuite() {
+        delete server_;
+        delete dir_;
+        server_ = nullptr;
+        dir_ = nullptr;
+    }
+    static inline temp_dir* dir_ = nullptr;
+    static inline nginx_server* server_ = nullptr;
+    static constexpr std::size_t size_ = (5u << 20) + 12345;
+};
+
+TEST_F(nginx_test, size_and_identity_come_from_head) {
+    auto src = open(server_->url("object.bin"));
+    EXPECT_EQ(src->size(), size_);
+    EXPECT_EQ(src->kind(), "http");
+    EXPECT_TRUE(src->traits().remote);
+    auto& h = dynamic_cast<http_source&>(*src);
+    EXPECT_FALSE(h.identity().etag.empty());
+    EXPECT_FALSE(h.identity().last_modified.empty());
+}
+
+TEST_F(nginx_test, ranged_reads_are_byte_exact) {
+    auto src = open(server_->url("object.bin"));
+    auto expect = pattern(size_, 0, 7);
+    for (auto [off, n] : {std::pair<std::uint64_t, std::size_t>{0, 1}, {1, 4096}, {12345, 1 << 20}, {size_ - 10, 10},
+                          {0, size_}}) {
+        SCOPED_TRACE(off);
+        auto got = read_all(*src, off, n);
+        EXPECT_EQ(0, std::memcmp(got.data(), expect.data() + off, n));
+    }
+}
+
+TEST_F(nginx_test, many_threads_read_at_once_over_reused_connections) {
+    auto src = open(server_->url("object.bin"));
+    auto expect = pattern(size_, 0, 7);
+    std::vector<std::uint8_t> got(size_);
+    std::atomic<std::size_t> next{0};
+    constexpr std::size_t chunk = 256 << 10;
+    std::vector<std::thread> threads;
+    std::atomic<int> errors{0};
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&] {
+            try {
+                for (std::size_t off; (off = next.fetch_add(chunk)) < size_;)
+                    src->read(reinterpret_cast<char*>(got.data()) + off, std::min(chunk, size_ - off), off, {});
+            } catch (...) {
+                ++errors;
+            }
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(errors, 0);
+    EXPECT_EQ(got, expect);
+}
+
+TEST_F(nginx_test, reading_past_the_end_is_an_end_of_file_error) {
+    auto src = open(server_->url("object.bin"));
+    std::vector<char> buf(100);
+    EXPECT_THROW(src->read(buf.data(), 100, size_ - 50, {}), end_of_file_error);
+}
+
+TEST_F(nginx_test, an_empty_object_has_size_zero) {
+    auto src = open(server_->url("empty.bin"));
+    EXPECT_EQ(src->size(), 0u);
+}
+
+TEST_F(nginx_test, a_missing_object_is_a_remote_error_with_its_status) {
+    try {
+        open(server_->url("missing.bin?X-Amz-Signature=deadbeef&X-Amz-Expires=60"));
+        FAIL() << "opened";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 404);
+        std::string what = e.what();
+        EXPECT_NE(what.find("missing.bin"), std::string::npos) << what;
+        EXPECT_NE(what.find("404"), std::string::npos) << what;
+        EXPECT_EQ(what.find("deadbeef"), std::string::npos) << what;
+        EXPECT_EQ(e.url().find("deadbeef"), std::string::npos);
+    }
+}
+
+TEST(http_source, a_refused_connection_is_a_remote_error_without_status) {
+    settings s = quick_settings();
+    s.remote_retries = 1;
+    int port = free_port();
+    try {
+        open("http://user:hunter2@127.0.0.1:" + std::to_string(port) + "/x", s);
+        FAIL() << "opened";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 0);
+        EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+    }
+}
+
+TEST(http_source, tls_is_verified_by_default) {
+    // nginx over TLS with a self-signed certificate for 127.0.0.1: refused by default (the
+    // system's CAs do not know it), read once FERRY_REMOTE_CA_BUNDLE names it. Never a fallback.
+    temp_dir dir;
+    write_pattern_file(dir / "a.bin", 10000, 4);
+    std::string cert = dir / "cert.pem", key = dir / "key.pem";
+    std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -addext "
+                      "subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert + " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl cannot make a test certificate";
+    nginx_server server(dir.path(), cert, key);
+    std::string url = "https://127.0.0.1:" + std::to_string(server.port()) + "/a.bin";
+    settings s = quick_settings();
+    s.remote_retries = 0;
+    try {
+        open(url, s);
+        FAIL() << "an unknown certificate was accepted";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 0);
+        EXPECT_NE(std::string(e.what()).find("certificate"), std::string::npos) << e.what();
+    }
+    s.remote_ca_bundle = cert;
+    auto src = open(url, s);
+    EXPECT_EQ(read_all(*src, 0, 10000), pattern(10000, 0, 4));
+}
+
+TEST(url, credentials_are_redacted) {
+    using detail::redact_url;
+    EXPECT_EQ(redact_url("https://user:pw@host:8/a/b?x=1"), "https://host:8/a/b?x=1");
+    std::string presigned = redact_url(
+        "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2F1&X-Amz-Date=1"
+        "&X-Amz-Expires=60&X-Amz-SignedHeaders=host&X-Amz-Security-Token=tok&X-Amz-Signature=abc123");
+    EXPECT_EQ(presigned.find("AKIA"), std::string::npos) << presigned;
+    EXPECT_EQ(presigned.find("abc123"), std::string::npos) << presigned;
+    EXPECT_EQ(presigned.find("=tok"), std::string::npos) << presigned;
+    EXPECT_NE(presigned.find("X-Amz-Expires=60"), std::string::npos) << presigned;
+    EXPECT_EQ(redact_url("https://h/p?sig=s3cr3t&sv=1"), "https://h/p?sig=REDACTED&sv=1");
+    EXPECT_EQ(redact_url("https://h/p#frag"), "https://h/p");
+    EXPECT_EQ(detail::url_scheme("S3://b/k"), "s3");
+    EXPECT_EQ(detail::url_scheme("/local/path"), "");
+}
+
+// The fault server: one per suite, fresh paths per test so its counters start at zero.
+class fault_test : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = new temp_dir();
+        write_pattern_file(*dir_ / "object.bin", size_, 3);
+        server_ = new python_server({backend_test_dir() + "/fault_server.py", "--file", *dir_ / "object.bin"});
+    }
+    static void TearDownTestSuite() {
+        delete server_;
+        delete dir_;
+        server_ = nullptr;
+        dir_ = nullptr;
+    }
+    std::string url(const std::string& path) const {
+        return server_->url(path + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    }
+    void expect_whole(detail::source& src) {
+        auto got = read_all(src, 0, size_);
+        EXPECT_EQ(got, pattern(size_, 0, 3));
+    }
+    static inline temp_dir* dir_ = nullptr;
+    static inline python_server* server_ = nullptr;
+    static constexpr std::size_t size_ = (1u << 20) + 777;
+};
+
+TEST_F(fault_test, a_dropped_connection_resumes_where_it_stopped) {
+    auto src = open(url("/drop/1"));
+    expect_whole(*src);
+    EXPECT_GE(dynamic_cast<http_source&>(*src).retries(), 1u);
+}
+
+TEST_F(fault_test, a_short_body_resumes_where_it_stopped) {
+    auto src = open(url("/short/3"));
+    expect_whole(*src);
+    EXPECT_GE(dynamic_cast<http_source&>(*src).retries(), 1u);
+}
+
+TEST_F(fault_test, reset_connections_are_retried) {
+    auto src = open(url("/reset/3"));
+    expect_whole(*src);
+}
+
+TEST_F(fault_test, a_503_storm_is_retried_with_backoff) {
+    auto src = open(url("/storm/5"));
+    expect_whole(*src);
+    EXPECT_GE(dynamic_cast<http_source&>(*src).retries(), 5u);
+}
+
+TEST_F(fault_test, retries_are_bounded) {
+    settings s = quick_settings();
+    s.remote_retries = 3;
+    try {
+        open(url("/always/503"), s);
+        FAIL() << "opened";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 503);
+    }
+}
+
+TEST_F(fault_test, a_4xx_is_not_retried) {
+    try {
+        open(url("/always/404"));
+        FAIL() << "opened";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 404);
+    }
+}
+
+TEST_F(fault_test, an_object_changed_mid_read_is_an_error_never_mixed_bytes) {
+    auto src = open(url("/change/2"));
+    std::vector<char> buf(4096);
+    src->read(buf.data(), buf.size(), 0, {});
+    src->read(buf.data(), buf.size(), 4096, {});
+    try {
+        src->read(buf.data(), buf.size(), 8192, {});
+        FAIL() << "read bytes of a changed object";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 412);
+        EXPECT_NE(std::string(e.what()).find("changed"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(fault_test, without_etag_last_modified_guards_the_object) {
+    auto src = open(url("/noetag"));
+    EXPECT_TRUE(dynamic_cast<http_source&>(*src).identity().etag.empty());
+    expect_whole(*src);
+}
+
+TEST_F(fault_test, a_refused_head_falls_back_to_a_ranged_get) {
+    auto src = open(url("/nohead"));
+    EXPECT_EQ(src->size(), size_);
+    expect_whole(*src);
+}
+
+TEST_F(fault_test, a_server_without_ranges_is_an_error_for_a_partial_read) {
+    auto src = open(url("/norange"));
+    std::vector<char> buf(100);
+    EXPECT_THROW(src->read(buf.data(), buf.size(), 10, {}), remote_error);
+    expect_whole(*src);  // the whole object is one 200 response
+}
+
+}  // namespace
+}  // namespace ferry::test
