@@ -1,0 +1,59 @@
+// The one seam between checkpoint loads and the I/O engine: "read these byte ranges of these
+// files into these destinations, as one batch". Today each range is a file::read_async on the
+// engine's shared worker pool (which splits large ranges across its threads and stages GPU
+// destinations through its pinned lanes); moving to a batch scheduler changes this file only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "ferry/file.hpp"
+
+namespace ferry::checkpoints {
+
+struct range_request {
+    std::size_t file = 0;       ///< index into the reader's paths
+    std::uint64_t offset = 0;   ///< in the file
+    std::uint64_t length = 0;
+    void* dst = nullptr;        ///< any memory (host, pinned, device)
+};
+
+/// One batch in flight. wait() returns, per request, nullptr or its error, after every request
+/// finished (the destinations may be released then).
+class range_batch {
+public:
+    range_batch() = default;
+    range_batch(range_batch&&) = default;
+    range_batch& operator=(range_batch&&) = default;
+    ~range_batch();
+    /// Waits for all; calls on_done(request index) for each success as it is seen.
+    std::vector<std::exception_ptr> wait(const std::function<void(std::size_t)>& on_done = {});
+    bool empty() const noexcept { return pending_.empty(); }
+
+private:
+    friend class range_reader;
+    std::vector<std::future<std::size_t>> pending_;
+    std::exception_ptr submit_error_;
+};
+
+/// The files of one load, opened once. Thread-compatible.
+class range_reader {
+public:
+    explicit range_reader(const std::vector<std::string>& paths);
+    /// Starts every request at once; returns without waiting.
+    range_batch submit(const std::vector<range_request>& requests);
+    std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
+    std::size_t requests() const noexcept { return count_.load(); }
+
+private:
+    std::vector<file> files_;
+    std::atomic<std::uint64_t> bytes_{0};
+    std::atomic<std::size_t> count_{0};
+};
+
+}  // namespace ferry::checkpoints
