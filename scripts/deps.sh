@@ -35,6 +35,8 @@ fi
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
 python3 -c "import numpy, pytest, nanobind, safetensors" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors
+# huggingface_hub writes the sharded checkpoints (index + shards) the checkpoint tests load.
+python3 -c "import huggingface_hub" 2>/dev/null || python3 -m pip install -q huggingface_hub
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1
