@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <utility>
 
 #include "array/host_kernels.hpp"
 #include "checkpoint/memory_budget.hpp"
@@ -36,6 +38,41 @@ struct piece {
     std::size_t t = 0;  // index into plan.tensors
     std::uint64_t r0 = 0, r1 = 0;
     std::uint64_t host = 0, dev = 0;  // offsets in the slot
+};
+
+// Pinning pages is slow (tens of milliseconds for a 128 MiB arena), so the pinned staging of
+// the last GPU load is kept for the next one. Never freed: at process exit CUDA may already be
+// unloading, and the system takes the memory back anyway.
+struct pinned_cache {
+    std::mutex m;
+    array arena;
+};
+pinned_cache& the_pinned_cache() {
+    static auto* c = new pinned_cache;
+    return *c;
+}
+
+array take_staging(std::uint64_t bytes, bool pinned) {
+    if (pinned) {
+        pinned_cache& c = the_pinned_cache();
+        std::lock_guard lock(c.m);
+        if (c.arena.nbytes() >= bytes) return std::exchange(c.arena, array());
+    }
+    return array(dtype::uint8, {static_cast<std::int64_t>(std::max<std::uint64_t>(1, bytes))},
+                 pinned ? placement::pinned() : placement::host());
+}
+
+void return_staging(array a, bool pinned) noexcept {
+    if (!pinned) return;
+    pinned_cache& c = the_pinned_cache();
+    std::lock_guard lock(c.m);
+    if (a.nbytes() > c.arena.nbytes()) std::swap(c.arena, a);
+}
+
+struct staging_owner {
+    array a;
+    bool pinned = false;
+    ~staging_owner() { return_staging(std::move(a), pinned); }
 };
 
 std::string describe(const std::exception_ptr& e) {
@@ -110,12 +147,18 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         std::size_t t;
     };
     std::vector<direct_req> direct;
+    std::vector<strided_request> direct_strided;  // host row segments, straight into place
+    std::vector<std::size_t> strided_tensor;
     for (std::size_t i = 0; i < n; ++i) {
         const geometry& g = geo[i];
         if (g.staged || g.seg_bytes == 0) continue;
         unsigned char* dst = dst_of(i);
-        for (std::uint64_t r = 0; r < g.rows; ++r)
-            direct.push_back({{g.file, g.offset + r * g.row_bytes, g.seg_bytes, dst + r * g.seg_bytes}, i});
+        if (g.rows == 1) {
+            direct.push_back({{g.file, g.offset, g.seg_bytes, dst}, i});
+        } else {
+            direct_strided.push_back({g.file, g.offset, g.seg_bytes, g.row_bytes, g.rows, dst});
+            strided_tensor.push_back(i);
+        }
     }
     std::sort(direct.begin(), direct.end(), [](const auto& a, const auto& b) {
         return std::tie(a.r.file, a.r.offset) < std::tie(b.r.file, b.r.offset);
@@ -135,6 +178,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         merged.push_back(dr.r);
         merged_tensors.push_back({dr.t});
     }
+    for (std::size_t k = 0; k < direct_strided.size(); ++k) merged_tensors.push_back({strided_tensor[k]});
     for (const auto& ts : merged_tensors)
         for (std::size_t t : ts) ++left[t];
 
@@ -154,7 +198,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (first_read < 0) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
     };
     mark_first();
-    range_batch direct_batch = reader.submit(merged);
+    range_batch direct_batch = reader.submit(merged, direct_strided);
 
     std::uint64_t hold_bytes = 0;
     bool gpu = o.where.on_gpu();
@@ -186,8 +230,8 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (need_host + need_dev <= hs + ds) slots = 1;  // everything fits in one slot
         budget_hold hold(budget, slots * (hs + ds));  // waits while other loads hold the budget
         hold_bytes = hold.bytes();
-        array host_arena(dtype::uint8, {static_cast<std::int64_t>(std::max<std::uint64_t>(1, slots * hs))},
-                         gpu ? placement::pinned() : placement::host());
+        staging_owner staging{take_staging(slots * hs, gpu), gpu};
+        const array& host_arena = staging.a;
         array dev_arena;
         if (ds > 0) dev_arena = array(dtype::uint8, {static_cast<std::int64_t>(slots * ds)}, o.where);
 
@@ -218,21 +262,28 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         auto dev_slot = [&](std::size_t b) {
             return ds ? static_cast<unsigned char*>(dev_arena.data()) + (b % slots) * ds : nullptr;
         };
+        // Each piece is one request: a span (plain) or its row segments (strided); req_of
+        // gives its index in the batch's error list (plain ones first).
+        std::vector<std::size_t> req_of(pieces.size());
         auto submit = [&](std::size_t b) {
             std::vector<range_request> reqs;
+            std::vector<strided_request> segs;
             unsigned char* base = host_slot(b);
             for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
                 const piece& p = pieces[k];
                 const geometry& g = geo[p.t];
                 if (plans[p.t].route == read_route::segments) {
-                    for (std::uint64_t r = p.r0; r < p.r1; ++r)
-                        reqs.push_back({g.file, g.offset + r * g.row_bytes, g.seg_bytes,
-                                        base + p.host + (r - p.r0) * g.seg_bytes});
+                    req_of[k] = segs.size();  // offset by reqs.size() below
+                    segs.push_back({g.file, g.offset + p.r0 * g.row_bytes, g.seg_bytes, g.row_bytes, p.r1 - p.r0,
+                                    base + p.host});
                 } else {
+                    req_of[k] = reqs.size();
                     reqs.push_back({g.file, g.offset + p.r0 * g.row_bytes, host_bytes(p), base + p.host});
                 }
             }
-            return reqs;
+            for (std::size_t k = batches[b].first; k < batches[b].last; ++k)
+                if (plans[pieces[k].t].route == read_route::segments) req_of[k] += reqs.size();
+            return reader.submit(reqs, segs);
         };
         // Gather and convert one piece from its slot into place.
         auto place = [&](std::size_t b, const piece& p) {
@@ -270,14 +321,9 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         std::vector<range_batch> inflight(batches.size());
         auto finish = [&](std::size_t b) {
             std::vector<std::exception_ptr> errs = inflight[b].wait();
-            // Requests were issued in piece order: map them back.
-            std::size_t q = 0;
             for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
                 const piece& p = pieces[k];
-                std::size_t nreq = plans[p.t].route == read_route::segments ? p.r1 - p.r0 : 1;
-                std::exception_ptr e;
-                for (std::size_t j = 0; j < nreq; ++j, ++q)
-                    if (errs[q] && !e) e = errs[q];
+                std::exception_ptr e = errs[req_of[k]];
                 if (e || failed[p.t]) {
                     if (e) fail(p.t, e);
                     continue;
@@ -297,7 +343,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
             if (slots == 1 && b >= 1) finish(b - 1);
             // The slot of batch b - slots is free once the work queued from it has run.
             if (b >= slots && gpu) kernels::synchronize(o.stream, o.where.device);
-            inflight[b] = reader.submit(submit(b));
+            inflight[b] = submit(b);
             if (slots == 2 && b >= 1) finish(b - 1);
         }
         finish(batches.size() - 1);
@@ -306,7 +352,8 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
 
     std::vector<std::exception_ptr> errs = direct_batch.wait([&](std::size_t k) {
         for (std::size_t t : merged_tensors[k]) --left[t];
-        progress(merged[k].length);
+        progress(k < merged.size() ? merged[k].length
+                                   : direct_strided[k - merged.size()].length * direct_strided[k - merged.size()].count);
     });
     for (std::size_t k = 0; k < errs.size(); ++k)
         if (errs[k])

@@ -1,10 +1,11 @@
 // The checkpoint planner (see plan.hpp).
 //
-// Route choice for a slice along a dimension other than the first, from two measured costs:
-// a read request costs about `request_cost` of fixed overhead (queue, wake-up, system call), and
-// bytes cost their transfer time at `read_bandwidth`. Reading each row segment costs
-// rows * request_cost more than reading the enclosing span, and the span costs the skipped
-// bytes. Segments win when the bytes skipped per row take longer than one request.
+// Route choice for a slice along a dimension other than the first, from two costs: a segment
+// read costs about `segment_cost` of fixed overhead (one pread on one of the range reader's
+// segment threads, run side by side), and bytes cost their transfer time at `read_bandwidth`.
+// Reading each row segment costs rows * segment_cost more than reading the enclosing span, and
+// the span costs the skipped bytes. Segments win when the bytes skipped per row take longer
+// than one segment read: about 2.5 KB at these figures.
 #include "checkpoint/plan.hpp"
 
 #include <fnmatch.h>
@@ -19,9 +20,11 @@
 namespace ferry::checkpoints {
 namespace {
 
-// Per-request overhead of a small read through the engine, and the aggregate read bandwidth
-// it is weighed against (hot page cache on a recent server; see docs/checkpoints.md).
-constexpr double request_cost_s = 4e-6;
+// A small pread from the page cache costs about 2 us on one thread and the segment readers run
+// up to 16 at once; the aggregate read bandwidth it is weighed against is that of a hot load
+// on a recent server (see docs/checkpoints.md). Estimates: the GPU benchmark's tp row checks
+// them.
+constexpr double request_cost_s = 2e-6 / 16;
 constexpr double read_bandwidth = 20e9;
 
 bool glob_match(const std::string& pattern, const std::string& name) {

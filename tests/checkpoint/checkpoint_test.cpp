@@ -283,6 +283,30 @@ TEST(Checkpoint, BudgetTooSmallForOnePieceIsAnErrorAndBackpressureWaits) {
     set_checkpoint_memory_budget(saved);
 }
 
+TEST(Checkpoint, ManyPiecesThroughOneOrTwoSlotsUnderASmallBudget) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    std::uint64_t saved = checkpoint_memory_budget();
+    for (std::uint64_t cap : {1024u, 2048u, 4096u}) {
+        set_checkpoint_memory_budget(cap);
+        for (route_choice r : {route_choice::segments, route_choice::span}) {
+            checkpoint_load_options o;
+            o.route = r;
+            o.as = dtype::float64;  // every tensor goes through temporaries, in many pieces
+            o.slices["embed"] = tensor_slice::range(1, 3, 29);
+            o.slices["layer.1.o"] = tensor_slice::split(1, 3, 2);
+            auto l = load_checkpoint(c, o);
+            EXPECT_LE(l.stats.peak_temp_bytes, cap);
+            auto f32 = [](const array& a) { return astype(a, dtype::float32); };
+            check_slice(s.get("embed"), f32(find(l, "embed")), 1, 3);
+            check_slice(s.get("layer.1.o"), f32(find(l, "layer.1.o")), 1, 32);
+            EXPECT_TRUE(same(f32(find(l, "head")), s.get("head")));
+            EXPECT_TRUE(same(f32(find(l, "layer.0.norm")), s.get("layer.0.norm")));
+        }
+    }
+    set_checkpoint_memory_budget(saved);
+}
+
 TEST(Checkpoint, IndexNamingAMissingShard) {
     sample s;
     auto j = read_json(s.dir / "model.safetensors.index.json");
