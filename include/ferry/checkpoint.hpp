@@ -185,6 +185,7 @@ struct checkpoint_stats {
     double seconds = 0;                ///< the whole load
     double first_read_seconds = 0;     ///< from the call to the first read issued
     std::uint64_t peak_temp_bytes = 0; ///< this load's largest hold on the memory budget
+    std::uint64_t device_temp_bytes = 0; ///< of which device memory (GPU conversions)
     std::uint64_t budget_peak_bytes = 0; ///< the process-wide budget's peak so far
 };
 

@@ -111,6 +111,7 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     stats["seconds"] = l.stats.seconds;
     stats["first_read_seconds"] = l.stats.first_read_seconds;
     stats["peak_temp_bytes"] = l.stats.peak_temp_bytes;
+    stats["device_temp_bytes"] = l.stats.device_temp_bytes;
     stats["budget_peak_bytes"] = l.stats.budget_peak_bytes;
     nb::list plan;
     for (const auto& tp : l.plan.tensors) {

@@ -317,6 +317,7 @@ def test_torch_checkpoint_and_module_into(tmp_path):
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 64))
     folder = str(tmp_path / "t")
+    os.makedirs(folder)
     hub.save_torch_state_dict(model.state_dict(), folder, max_shard_size=20_000)
     ref = {k: v.numpy() for k, v in model.state_dict().items()}
     got = ferry.load_checkpoint(folder)
@@ -338,6 +339,7 @@ def test_torch_checkpoint_and_module_into(tmp_path):
 
 def test_gpu_load_like_torch_and_into_module(tmp_path, torch):
     folder = str(tmp_path / "g")
+    os.makedirs(folder)
     model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 64)).to(torch.bfloat16)
     hub.save_torch_state_dict(model.state_dict(), folder, max_shard_size=10_000)
     got = ferry.load_checkpoint(folder, device="cuda", like="torch")

@@ -201,6 +201,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     range_batch direct_batch = reader.submit(merged, direct_strided);
 
     std::uint64_t hold_bytes = 0;
+    std::uint64_t device_temp = 0;
     bool gpu = o.where.on_gpu();
     if (!pieces.empty()) {
         std::uint64_t need_host = 0, need_dev = 0;
@@ -234,6 +235,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         const array& host_arena = staging.a;
         array dev_arena;
         if (ds > 0) dev_arena = array(dtype::uint8, {static_cast<std::int64_t>(slots * ds)}, o.where);
+        device_temp = ds > 0 ? slots * ds : 0;
 
         // Batches: consecutive pieces that fit one slot.
         struct batch {
@@ -390,6 +392,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     out.stats.requests = reader.requests();
     out.stats.first_read_seconds = std::max(0.0, first_read);
     out.stats.peak_temp_bytes = hold_bytes;
+    out.stats.device_temp_bytes = device_temp;
     out.stats.budget_peak_bytes = budget.peak();
     d.plan.requests = reader.requests();
     out.plan = std::move(d.plan);
