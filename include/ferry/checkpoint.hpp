@@ -141,8 +141,13 @@ struct checkpoint_load_options {
     /// (sliced) tensor, and its dtype (a floating dtype other than the file's converts). Each is
     /// checked before any byte moves. Selected tensors without one get a fresh allocation.
     std::map<std::string, array> into;
-    /// Tensors with no destination in `into` are not loaded (load_state_dict's use).
+    /// load_state_dict's use: only tensors with a destination in `into` are loaded; selected
+    /// tensors without one are reported in plan.unexpected, destinations naming no selected
+    /// tensor in plan.missing (instead of failing).
     bool only_into = false;
+    /// With only_into: any missing or unexpected name fails with usage_error before any byte
+    /// moves (load_state_dict's strict=True).
+    bool strict_into = false;
     route_choice route = route_choice::automatic;
     /// Kernels (gather, conversion) run on this stream; the load synchronizes it before
     /// returning.
@@ -170,6 +175,8 @@ struct checkpoint_plan {
     std::uint64_t bytes_out = 0;        ///< bytes of the tensors as returned
     std::uint64_t largest_piece = 0;    ///< the largest temporary one piece needs
     std::size_t requests = 0;           ///< file reads after coalescing
+    std::vector<std::string> missing;     ///< only_into: destinations with no selected tensor
+    std::vector<std::string> unexpected;  ///< only_into: selected tensors with no destination
 };
 
 /// Plans a load without moving a byte: selection, slices, routes, destinations and the budget

@@ -198,37 +198,25 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         total = _ferry.checkpoint_info(srcs)["bytes"] if progress is None and sys.stderr.isatty() else 0
         cb = _progress(progress, total)
         arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
-                                               route, cb)
+                                               False, route, cb)
         out = CheckpointTensors((name, to_library(a, lib)) for name, a in arrays)
         out.stats = stats
         return out
 
     targets = dict(into.state_dict()) if _is_module(into) else dict(into)
-    info = _ferry.checkpoint_info(srcs)
-    available = [t[0] for t in info["tensors"]]
-    if kind == "all":
-        chosen = available
-    elif kind == "names":
-        chosen = patterns
-    elif kind == "glob":
-        import fnmatch
-        chosen = [n for n in available if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    else:
-        chosen = [n for n in available if any(re.search(p, n) for p in patterns)]
-    chosen_set = set(chosen)
-    missing = sorted(k for k in targets if k not in chosen_set)
-    unexpected = sorted(n for n in chosen if n not in targets)
-    if strict and (missing or unexpected):
-        raise UsageError("load_checkpoint(into=...): missing key(s) %s; unexpected key(s) %s" %
-                         (missing[:20], unexpected[:20]))
-    pairs = [(k, _destination(k, v)) for k, v in targets.items() if k in chosen_set]
+    pairs = [(str(k), _destination(k, v)) for k, v in targets.items()]
     dev = device
     if dev is None:
         dev = pairs[0][1].device if pairs else "cpu"
     dev, _lib = target(dev, None)
-    cb = _progress(progress, info["bytes"])
-    _arrays, stats = _ferry.load_checkpoint(srcs, dev, "names", [k for k, _ in pairs], sl, as_type,
-                                            pairs, True, route, cb)
+    total = _ferry.checkpoint_info(srcs)["bytes"] if progress is None and sys.stderr.isatty() else 0
+    cb = _progress(progress, total)
+    # The names are matched in C++ (missing and unexpected keys, strict checked before any
+    # byte moves), so the checkpoint's headers are read once.
+    _arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, pairs, True,
+                                            bool(strict), route, cb)
+    missing = sorted(stats["missing_keys"])
+    unexpected = sorted(stats["unexpected_keys"])
     return LoadResult(missing, unexpected, stats)
 
 

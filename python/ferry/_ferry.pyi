@@ -130,6 +130,7 @@ def load_checkpoint(
     dtype: str | None = None,
     into: Sequence[tuple[str, Array]] = ...,
     only_into: bool = False,
+    strict: bool = False,
     route: str = "auto",
     progress: Any = None,
 ) -> tuple[list[tuple[str, Array]], dict[str, Any]]: ...

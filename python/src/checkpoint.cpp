@@ -66,7 +66,7 @@ nb::dict info(const std::vector<std::string>& sources) {
 nb::tuple load(const std::vector<std::string>& sources, const std::string& device, const std::string& kind,
                const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
-               bool only_into, const std::string& route, nb::object progress) {
+               bool only_into, bool strict, const std::string& route, nb::object progress) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
     if (as) o.as = parse_dtype(*as).type;
@@ -85,6 +85,7 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
         o.into[name] = *a;
     }
     o.only_into = only_into;
+    o.strict_into = strict;
     if (route == "segments") o.route = route_choice::segments;
     else if (route == "span") o.route = route_choice::span;
     else if (route != "auto") throw usage_error("load_checkpoint: route is auto, segments or span");
@@ -125,6 +126,8 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
         plan.append(d);
     }
     stats["plan"] = plan;
+    stats["missing_keys"] = l.plan.missing;
+    stats["unexpected_keys"] = l.plan.unexpected;
     return nb::make_tuple(arrays, stats);
 }
 
@@ -136,7 +139,7 @@ void bind_checkpoint(nb::module_& m) {
     m.def("load_checkpoint", &load, "sources"_a, "device"_a = "cpu", "kind"_a = "all",
           "patterns"_a = std::vector<std::string>{}, "slices"_a = std::vector<slice_tuple>{},
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
-          "only_into"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
+          "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
           "Loads a checkpoint in one plan. Returns ([(name, Array)], stats).");
     m.def(
         "save_checkpoint",

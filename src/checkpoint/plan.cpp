@@ -81,8 +81,29 @@ const tensor_slice* slice_for(const checkpoint_load_options& o, const std::strin
 detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, std::uint64_t budget_cap) {
     detailed_plan d;
     std::vector<std::size_t> chosen = select(c, o.select);
-    for (const auto& [name, a] : o.into)
-        if (!c.find(name)) throw checkpoint_error(c.source, name, "a destination is given but the checkpoint has no such tensor");
+    if (o.only_into) {
+        std::set<std::string> selected;
+        for (std::size_t idx : chosen) {
+            selected.insert(c.tensors[idx].name);
+            if (!o.into.count(c.tensors[idx].name)) d.plan.unexpected.push_back(c.tensors[idx].name);
+        }
+        for (const auto& [name, a] : o.into)
+            if (!selected.count(name)) d.plan.missing.push_back(name);
+        if (o.strict_into && (!d.plan.missing.empty() || !d.plan.unexpected.empty())) {
+            auto list = [](const std::vector<std::string>& v) {
+                std::string s;
+                for (std::size_t i = 0; i < v.size() && i < 20; ++i) s += (i ? ", " : "") + v[i];
+                if (v.size() > 20) s += ", ... (" + std::to_string(v.size()) + " in all)";
+                return s;
+            };
+            throw usage_error(c.source + ": destinations and checkpoint do not match: missing key(s) [" +
+                              list(d.plan.missing) + "]; unexpected key(s) [" + list(d.plan.unexpected) + "]");
+        }
+    } else {
+        for (const auto& [name, a] : o.into)
+            if (!c.find(name))
+                throw checkpoint_error(c.source, name, "a destination is given but the checkpoint has no such tensor");
+    }
     for (const auto& [name, s] : o.slices)
         if (!c.find(name)) throw checkpoint_error(c.source, name, "a slice is given but the checkpoint has no such tensor");
 

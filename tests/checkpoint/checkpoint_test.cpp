@@ -204,6 +204,18 @@ TEST(Checkpoint, WritesIntoCallerBuffersAndConverts) {
     EXPECT_TRUE(same(q, s.get("layer.0.q")));
     EXPECT_EQ(find(l, "layer.0.q").data(), q.data());
     EXPECT_EQ(l.plan.tensors[0].convert, true);  // layer.0.o sorts first
+    EXPECT_EQ(l.plan.unexpected.size(), 6u);
+    EXPECT_TRUE(l.plan.missing.empty());
+    // load_state_dict's strict: a destination the checkpoint lacks, or a tensor without one,
+    // fails before any byte moves.
+    std::memset(q.data(), 0, q.nbytes());
+    o.into["ghost"] = array(dtype::float32, {1});
+    o.strict_into = true;
+    EXPECT_THROW(load_checkpoint(c, o), usage_error);
+    EXPECT_EQ(static_cast<const float*>(q.data())[5], 0.0f);
+    o.strict_into = false;
+    auto lenient = load_checkpoint(c, o);
+    EXPECT_EQ(lenient.plan.missing, std::vector<std::string>{"ghost"});
     array back = astype(o16, dtype::float32);
     check_slice(astype(astype(s.get("layer.0.o"), dtype::float16), dtype::float32), back, 1, 0);
     // as= converts fresh tensors too.
