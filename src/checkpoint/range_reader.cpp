@@ -16,16 +16,22 @@ constexpr std::size_t max_segment_threads = 16;
 // A group of segments is at least this much: less and the hand-off costs more than the reads.
 constexpr std::uint64_t min_group_bytes = 1 << 20;
 
-detail::thread_pool& segment_pool() {
-    static detail::thread_pool pool(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, max_segment_threads));
-    return pool;
-}
-
 }  // namespace
 
 range_reader::range_reader(const std::vector<std::string>& paths) {
     files_.reserve(paths.size());
     for (const auto& p : paths) files_.emplace_back(p, open_mode::read);
+}
+
+range_reader::~range_reader() = default;
+
+// Made per reader, on first use, and joined with it: a process-wide pool would not survive a
+// fork (a data loader's workers), and starting 16 threads costs well under a millisecond.
+detail::thread_pool& range_reader::segment_pool() {
+    if (!segment_pool_)
+        segment_pool_ = std::make_unique<detail::thread_pool>(
+            std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, max_segment_threads));
+    return *segment_pool_;
 }
 
 range_batch range_reader::submit(const std::vector<range_request>& requests,

@@ -2,7 +2,7 @@
 // files into these destinations, as one batch". Today a plain range is a file::read_async on the
 // engine's shared worker pool (which splits large ranges across its threads and stages GPU
 // destinations through its pinned lanes), and a strided range (equal row segments of a sliced
-// tensor) is split into groups of rows read by a small pool of segment readers, each segment a
+// tensor) is split into groups of rows read by the reader's own segment threads, each segment a
 // pread on that thread; moving both to a batch scheduler changes this file only.
 #pragma once
 
@@ -11,10 +11,15 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ferry/file.hpp"
+
+namespace ferry::detail {
+class thread_pool;
+}
 
 namespace ferry::checkpoints {
 
@@ -58,6 +63,8 @@ private:
 class range_reader {
 public:
     explicit range_reader(const std::vector<std::string>& paths);
+    /// Joins the segment readers. Batches must have been waited for (they wait on destruction).
+    ~range_reader();
     /// Starts every request at once; returns without waiting.
     range_batch submit(const std::vector<range_request>& requests,
                        const std::vector<strided_request>& strided = {});
@@ -66,7 +73,10 @@ public:
     std::size_t requests() const noexcept { return count_.load(); }
 
 private:
+    detail::thread_pool& segment_pool();
+
     std::vector<file> files_;
+    std::unique_ptr<detail::thread_pool> segment_pool_;
     std::atomic<std::uint64_t> bytes_{0};
     std::atomic<std::size_t> count_{0};
 };
