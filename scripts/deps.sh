@@ -46,6 +46,8 @@ python3 -c "import zarr, numcodecs, google_crc32c; assert int(zarr.__version__.s
   echo "deps: zarr could not be installed; the tests of ferry.zarr will skip" >&2
 # moto's server mode: the S3 protocol (buckets, ranged GETs, multipart upload, errors) on 127.0.0.1.
 python3 -c "import moto.server, flask, flask_cors" 2>/dev/null || python3 -m pip install -q "moto[server]"
+# huggingface_hub writes the sharded checkpoints (index + shards) the checkpoint tests load.
+python3 -c "import huggingface_hub" 2>/dev/null || python3 -m pip install -q huggingface_hub
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1

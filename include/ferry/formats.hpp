@@ -87,7 +87,7 @@ FERRY_EXPORT file_description describe_file(const std::string& path,
 /// `d` as one JSON object, the shape `ferry info --json` prints and `ferry.info()` returns
 /// (docs/formats.md): file, format, version, file_size, header_size, arrays (name, dtype,
 /// byte_order, order, shape, begin, end) and metadata. Text that is not UTF-8 is replaced.
-std::string to_json(const file_description& d, const std::string& path);
+FERRY_EXPORT std::string to_json(const file_description& d, const std::string& path);
 
 /// Saves `arrays` as `format`, atomically. npy and raw take exactly one array; safetensors any
 /// number plus `metadata`. Throws usage_error when the arrays do not fit the format.

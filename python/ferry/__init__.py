@@ -17,8 +17,22 @@ when importable, else ferry.Array (DLPack-exportable).
 """
 
 from . import _ferry
+from ._checkpoint import (
+    CheckpointTensors,
+    LoadResult,
+    Split,
+    checkpoint_memory_budget,
+    info_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_checkpoint_memory_budget,
+    split,
+    tensor_parallel,
+)
 from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (
+    CheckpointError,
+    CheckpointIOError,
     ChunkError,
     CudaError,
     RemoteError,
@@ -53,7 +67,19 @@ from . import numpy  # noqa: E402  (ferry.numpy: numpy's signatures)
 
 __all__ = [
     "Array",
+    "CheckpointError",
+    "CheckpointIOError",
+    "CheckpointTensors",
     "ChunkError",
+    "LoadResult",
+    "Split",
+    "checkpoint_memory_budget",
+    "info_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+    "set_checkpoint_memory_budget",
+    "split",
+    "tensor_parallel",
     "CudaError",
     "RemoteError",
     "CuFileError",

@@ -40,6 +40,8 @@ __all__ = [
     "CuFileError",
     "CudaError",
     "RemoteError",
+    "CheckpointError",
+    "CheckpointIOError",
 ]
 
 
@@ -72,6 +74,24 @@ class ChunkError(FormatError):
     refused it and ``reason`` why."""
 
     key: str | None = None
+
+
+class CheckpointError(FormatError):
+    """A checkpoint or a load request that does not fit it: ``filename`` (shard, index or
+    checkpoint), ``tensor`` and ``reason``. Raised before any byte lands in ``into=``."""
+
+    tensor: str | None = None
+
+
+class CheckpointIOError(Error, OSError):
+    """An I/O error in the middle of a checkpoint load: ``complete`` lists the tensors whose
+    bytes all landed, ``incomplete`` the others."""
+
+    complete: list | None = None
+    incomplete: list | None = None
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "checkpoint I/O error"
 
 
 class FileError(Error, OSError):
@@ -175,6 +195,8 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
         return exc
     cls = {
         "format": FormatError,
+        "checkpoint": CheckpointError,
+        "checkpoint_io": CheckpointIOError,
         "settings": SettingsError,
         "usage": UsageError,
         "cuda": CudaError,
@@ -186,6 +208,6 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
 
 
 for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
-             EndOfFileError, CuFileError, CudaError, RemoteError):
+             EndOfFileError, CuFileError, CudaError, RemoteError, CheckpointError, CheckpointIOError):
     _cls.__module__ = "ferry"
 del _cls

@@ -62,6 +62,7 @@ void bind_errors(nb::module_& m);
 void bind_array(nb::module_& m);
 void bind_file(nb::module_& m);
 void bind_formats(nb::module_& m);
+void bind_checkpoint(nb::module_& m);
 void bind_runtime(nb::module_& m);
 
 }  // namespace ferry::python

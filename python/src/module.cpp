@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bind.hpp"
+#include "ferry/checkpoint.hpp"
 #include "ferry/doctor.hpp"
 #include "ferry/error.hpp"
 #include "ferry/settings.hpp"
@@ -49,6 +50,18 @@ nb::dict where_dict(const io_context& w) {
 void translate(const std::exception_ptr& p, void*) {
     try {
         std::rethrow_exception(p);
+    } catch (const checkpoint_error& e) {
+        nb::dict d;
+        d["filename"] = e.file();
+        d["field"] = e.field();
+        d["reason"] = e.reason();
+        d["tensor"] = e.tensor();
+        raise_python("checkpoint", e.what(), d);
+    } catch (const checkpoint_io_error& e) {
+        nb::dict d;
+        d["complete"] = nb::cast(e.complete());
+        d["incomplete"] = nb::cast(e.incomplete());
+        raise_python("checkpoint_io", e.what(), d);
     } catch (const format_error& e) {
         nb::dict d;
         d["filename"] = e.file();
@@ -245,5 +258,6 @@ NB_MODULE(_ferry, m) {
     ferry::python::bind_array(m);
     ferry::python::bind_file(m);
     ferry::python::bind_formats(m);
+    ferry::python::bind_checkpoint(m);
     ferry::python::bind_runtime(m);
 }

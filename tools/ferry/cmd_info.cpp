@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "checkpoint_cmd.hpp"
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "ferry/error.hpp"
@@ -24,6 +25,7 @@ std::string type_text(const typed_order& t) {
 }
 
 int run_info(const info_args& a) {
+    if (is_checkpoint_source(a.path)) return run_checkpoint_info(a.path, a.json);
     std::optional<file_format> forced;
     if (!a.format.empty()) forced = parse_file_format(a.format);
     file_description d = describe_file(a.path, forced);
@@ -55,7 +57,7 @@ int run_info(const info_args& a) {
 void add_info_command(CLI::App& app) {
     auto a = std::make_shared<info_args>();
     CLI::App* c = app.add_subcommand("info", "Describe a .npy, safetensors or raw file from its header");
-    c->add_option("file", a->path, "The file")->required();
+    c->add_option("file", a->path, "The file, or a checkpoint: folder, index or glob")->required();
     c->add_option("--format", a->format, "npy, safetensors or raw (default: from the content)");
     c->add_flag("--json", a->json, "print one JSON object");
     c->callback([a] {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "checkpoint_cmd.hpp"
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "ferry/checksum.hpp"
@@ -27,9 +28,13 @@ struct load_args {
     std::int64_t count = -1;
     bool checksum = false;
     bool json = false;
+    std::vector<std::string> slices;
+    std::string route;
 };
 
 int run_load(const load_args& a) {
+    if (is_checkpoint_source(a.path))
+        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json});
     any_load_options o;
     o.load.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                     : parse_placement(a.device);
@@ -109,15 +114,18 @@ int run_load(const load_args& a) {
 void add_load_command(CLI::App& app) {
     auto a = std::make_shared<load_args>();
     CLI::App* c = app.add_subcommand("load", "Read a file's arrays into GPU memory (host memory without a GPU)");
-    c->add_option("file", a->path, "The file (.npy, safetensors or raw)")->required();
+    c->add_option("file", a->path, "The file (.npy, safetensors or raw), or a checkpoint: folder, index or glob")->required();
     c->add_option("--device", a->device, "cuda:N, cuda or host (default: cuda:0 when there is a GPU)");
-    c->add_option("--tensor", a->tensors, "safetensors: load only these tensors (repeatable)");
+    c->add_option("--tensor", a->tensors, "safetensors: load only these tensors; checkpoints: names or globs (repeatable)");
     c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--format", a->format, "npy, safetensors or raw (default: from the content)");
     c->add_option("--dtype", a->dtype, "raw files only: element type, e.g. float32 or >f4 (default uint8)");
     c->add_option("--shape", a->shape, "raw files: the array's shape")->delimiter(',');
     c->add_option("--offset", a->offset, "raw files: bytes to skip")->check(CLI::NonNegativeNumber);
     c->add_option("--count", a->count, "raw files: items to read (-1: the rest)");
+    c->add_option("--slice", a->slices,
+                  "checkpoints: NAME:DIM:START:STOP, or PATTERN:DIM:K/N for part K of N (repeatable)");
+    c->add_option("--route", a->route, "checkpoints: auto, segments or span for sliced tensors");
     c->add_flag("--checksum", a->checksum, "print xxh64 checksums of the arrays' logical contents");
     c->add_flag("--json", a->json, "print one JSON object");
     c->callback([a] {

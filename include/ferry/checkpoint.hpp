@@ -1,0 +1,234 @@
+// Checkpoints: a model's tensors spread over several safetensors files (the Hugging Face layout:
+// model.safetensors.index.json plus model-0000K-of-0000N.safetensors shards), loaded in one plan
+// that covers every selected tensor of every shard, reading only the slices the caller needs,
+// into a fresh allocation or straight into the caller's own buffers, under one process-wide
+// budget on temporary memory.
+//
+// The path of a byte: open_checkpoint (every shard header read and validated in parallel, the
+// index checked against them) -> plan_checkpoint (a pure function: selection, slices, routes
+// and their reasons, destinations checked) -> load_checkpoint (all reads of all shards as one
+// batch on the engine's workers; GPU-side gather and dtype conversion through bounded
+// temporaries).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/dtype.hpp"
+#include "ferry/error.hpp"
+#include "ferry/export.hpp"
+#include "ferry/memory.hpp"
+#include "ferry/safetensors.hpp"
+
+namespace ferry {
+
+/// Invalid checkpoint content or a request that does not fit it: names the file (shard, index
+/// or checkpoint), the tensor ("" when none) and the reason. Raised before any byte is written
+/// to caller-provided buffers. A format_error whose field() is "tensor 'NAME'".
+class FERRY_EXPORT checkpoint_error : public format_error {
+public:
+    checkpoint_error(std::string file, std::string tensor, std::string reason);
+    const std::string& tensor() const noexcept { return tensor_; }
+
+private:
+    std::string tensor_;
+};
+
+/// An I/O error in the middle of a load: what() gives the first failure; complete() the
+/// tensors whose bytes all landed (and were converted), incomplete() the others.
+class FERRY_EXPORT checkpoint_io_error : public error {
+public:
+    checkpoint_io_error(std::string what, std::vector<std::string> complete,
+                        std::vector<std::string> incomplete);
+    const std::vector<std::string>& complete() const noexcept { return complete_; }
+    const std::vector<std::string>& incomplete() const noexcept { return incomplete_; }
+
+private:
+    std::vector<std::string> complete_;
+    std::vector<std::string> incomplete_;
+};
+
+/// One tensor of a checkpoint: where its bytes are.
+struct checkpoint_tensor {
+    std::string name;
+    ferry::dtype type = dtype::uint8;
+    std::vector<std::int64_t> shape;
+    std::size_t shard = 0;       ///< index into checkpoint::shards
+    std::uint64_t offset = 0;    ///< absolute file offset of its first byte
+    std::uint64_t bytes = 0;
+};
+
+struct checkpoint_shard {
+    std::string path;
+    std::uint64_t file_size = 0;
+    safetensors_info header;
+};
+
+/// A validated checkpoint. Value type; thread-compatible.
+struct FERRY_EXPORT checkpoint {
+    std::string source;        ///< what open_checkpoint was given
+    std::string index_path;    ///< "" when there is no index
+    std::vector<checkpoint_shard> shards;
+    std::vector<checkpoint_tensor> tensors;  ///< sorted by name
+    std::map<std::string, std::string> metadata;  ///< the index's "metadata" (as strings)
+    std::uint64_t total_bytes() const noexcept;
+    /// The tensor named `name`, or nullptr.
+    const checkpoint_tensor* find(const std::string& name) const;
+};
+
+/// Opens a checkpoint: a folder (its *.safetensors.index.json, else its *.safetensors files),
+/// an index file, a glob ("dir/*.safetensors"), or one safetensors file. Reads every shard
+/// header in parallel and checks the index against them. Throws checkpoint_error (a shard the
+/// index names is missing, a tensor in two shards or in none, index and header disagreeing),
+/// format_error (invalid header: overlapping or out-of-file ranges, ...), system_error.
+FERRY_EXPORT checkpoint open_checkpoint(const std::string& source);
+/// The same for an explicit list of safetensors files.
+FERRY_EXPORT checkpoint open_checkpoint(const std::vector<std::string>& files);
+
+/// Which tensors to load.
+struct tensor_selection {
+    enum class kind : std::uint8_t { all, names, glob, regex };
+    kind how = kind::all;
+    /// Exact names (each must exist), fnmatch globs, or ECMAScript regexes (matched anywhere in
+    /// the name, like Python's re.search); a tensor is selected when any pattern matches.
+    std::vector<std::string> patterns;
+};
+
+/// A slice of one tensor along `dim`: elements [start, stop), or with parts > 0 the rule "split
+/// dim into `parts` equal parts, take part `part`" (part k is [k*n/parts, (k+1)*n/parts)).
+struct tensor_slice {
+    int dim = 0;
+    std::int64_t start = 0;
+    std::int64_t stop = 0;
+    std::int64_t parts = 0;
+    std::int64_t part = 0;
+    static tensor_slice range(int dim, std::int64_t start, std::int64_t stop) {
+        return {dim, start, stop, 0, 0};
+    }
+    static tensor_slice split(int dim, std::int64_t parts, std::int64_t part) {
+        return {dim, 0, 0, parts, part};
+    }
+};
+
+/// How the bytes of one tensor are read.
+enum class read_route : std::uint8_t {
+    whole,     ///< one byte range (a whole tensor, or a dim-0 slice)
+    segments,  ///< one read per row segment, straight into place: large segments
+    span,      ///< the enclosing span into a temporary, then a 2-D gather: small segments
+};
+FERRY_EXPORT std::string_view to_string(read_route r) noexcept;
+
+/// Forces a route for sliced tensors (tests and benchmarks); auto lets the planner choose.
+enum class route_choice : std::uint8_t { automatic, segments, span };
+
+/// Progress: bytes read so far and in all. Called on the loading thread.
+using progress_fn = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+struct checkpoint_load_options {
+    /// Where fresh tensors go (ignored for tensors with a destination in `into`).
+    placement where = placement::host();
+    /// Convert floating-point tensors to this dtype (float16, bfloat16, float64 <-> float32).
+    std::optional<dtype> as;
+    tensor_selection select;
+    /// Per-tensor slices, by exact name, then by the first matching glob in `slice_rules`.
+    std::map<std::string, tensor_slice> slices;
+    std::vector<std::pair<std::string, tensor_slice>> slice_rules;
+    /// Caller-owned destinations by tensor name: C-order, native byte order, the shape of the
+    /// (sliced) tensor, and its dtype (a floating dtype other than the file's converts). Each is
+    /// checked before any byte moves. Selected tensors without one get a fresh allocation.
+    std::map<std::string, array> into;
+    /// load_state_dict's use: only tensors with a destination in `into` are loaded; selected
+    /// tensors without one are reported in plan.unexpected, destinations naming no selected
+    /// tensor in plan.missing (instead of failing).
+    bool only_into = false;
+    /// With only_into: any missing or unexpected name fails with usage_error before any byte
+    /// moves (load_state_dict's strict=True).
+    bool strict_into = false;
+    route_choice route = route_choice::automatic;
+    /// Kernels (gather, conversion) run on this stream; the load synchronizes it before
+    /// returning.
+    stream_t stream = nullptr;
+    progress_fn progress;
+};
+
+/// What the planner decided for one tensor.
+struct tensor_plan {
+    std::string name;
+    std::size_t tensor = 0;  ///< index into checkpoint::tensors
+    std::vector<std::int64_t> shape;  ///< after slicing
+    dtype type = dtype::uint8;        ///< after conversion
+    read_route route = read_route::whole;
+    std::string reason;               ///< why this route, in plain words
+    std::uint64_t bytes_read = 0;     ///< file bytes this tensor reads
+    std::uint64_t temp_bytes = 0;     ///< largest temporary one piece of it needs
+    bool convert = false;
+    bool into = false;                ///< goes to a caller-provided buffer
+};
+
+struct checkpoint_plan {
+    std::vector<tensor_plan> tensors;   ///< sorted by name
+    std::uint64_t bytes_read = 0;       ///< file bytes to read
+    std::uint64_t bytes_out = 0;        ///< bytes of the tensors as returned
+    std::uint64_t largest_piece = 0;    ///< the largest temporary one piece needs
+    std::size_t requests = 0;           ///< file reads after coalescing
+    std::vector<std::string> missing;     ///< only_into: destinations with no selected tensor
+    std::vector<std::string> unexpected;  ///< only_into: selected tensors with no destination
+};
+
+/// Plans a load without moving a byte: selection, slices, routes, destinations and the budget
+/// are checked here. Throws checkpoint_error naming the file and tensor.
+FERRY_EXPORT checkpoint_plan plan_checkpoint(const checkpoint& c, const checkpoint_load_options& options);
+
+struct checkpoint_stats {
+    std::uint64_t bytes_read = 0;      ///< file bytes read (a half slice reads about half)
+    std::uint64_t bytes_out = 0;
+    std::size_t tensors = 0;
+    std::size_t files = 0;
+    std::size_t requests = 0;          ///< file reads issued
+    double seconds = 0;                ///< the whole load
+    double first_read_seconds = 0;     ///< from the call to the first read issued
+    std::uint64_t peak_temp_bytes = 0; ///< this load's largest hold on the memory budget
+    std::uint64_t device_temp_bytes = 0; ///< of which device memory (GPU conversions)
+    std::uint64_t budget_peak_bytes = 0; ///< the process-wide budget's peak so far
+};
+
+struct checkpoint_load {
+    std::vector<named_array> tensors;  ///< sorted by name; into= tensors are views of the caller's
+    checkpoint_plan plan;
+    checkpoint_stats stats;
+};
+
+/// Loads per plan_checkpoint. Fresh tensors of one placement share one allocation (see the
+/// ownership note in safetensors.hpp). Reads of all shards are one batch; sliced tensors that
+/// need a gather or conversion go through temporaries held under the memory budget, waiting
+/// (not failing) while other loads hold it. Throws what plan_checkpoint throws (before any
+/// byte lands in `into`), checkpoint_io_error for an I/O error mid-load.
+FERRY_EXPORT checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& options = {});
+
+/// The process-wide cap on temporary memory (host temporaries and device temporaries) held by
+/// checkpoint loads; loads wait for room. Default 1 GiB. A load whose largest single piece is
+/// above the cap fails with checkpoint_error. Thread-safe.
+FERRY_EXPORT void set_checkpoint_memory_budget(std::uint64_t bytes);
+FERRY_EXPORT std::uint64_t checkpoint_memory_budget() noexcept;
+/// The most the budget has had in use at once since the process started.
+FERRY_EXPORT std::uint64_t checkpoint_memory_peak() noexcept;
+
+/// Writes `tensors` as a Hugging Face checkpoint in `folder` (created if missing): one
+/// model.safetensors when they fit in `max_shard_size` bytes, else shards
+/// model-0000K-of-0000N.safetensors (tensors in the given order, a new shard when the next
+/// would pass the size; a larger tensor alone) and model.safetensors.index.json
+/// ({"metadata": {"total_size": N, ...metadata}, "weight_map": {...}}). Shards carry
+/// `metadata` plus "format": "pt" unless given. Every file is written atomically; an older
+/// index is removed first and the new one written last, so the folder holds a valid
+/// checkpoint or no index at every moment. Returns the files written, index last.
+FERRY_EXPORT std::vector<std::string> save_checkpoint(const std::string& folder,
+                                         const std::vector<named_array>& tensors,
+                                         std::uint64_t max_shard_size = 5'000'000'000ull,
+                                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ferry

@@ -1,0 +1,263 @@
+"""Checkpoints: many safetensors shards (the Hugging Face layout) loaded in one plan, only the
+slices a rank needs, straight into existing tensors, under a process-wide memory budget; and
+saved in the same layout. See docs/checkpoints.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _ferry
+from ._convert import as_ferry, dtype_text, fspath, target, to_library
+from ._errors import UsageError
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+class Split(NamedTuple):
+    """The rule "split dimension ``dim`` into ``parts`` equal parts, take part ``part``"
+    (part k holds rows [k*n//parts, (k+1)*n//parts))."""
+
+    dim: int
+    parts: int
+    part: int
+
+
+def split(dim: int, parts: int, part: int) -> Split:
+    return Split(dim, parts, part)
+
+
+def tensor_parallel(rank: int, world: int, *, column: Sequence[str] = (),
+                    row: Sequence[str] = ()) -> dict:
+    """Slices for one tensor-parallel rank, Megatron style: tensors matching a ``column`` glob
+    (q/k/v, gate/up projections, embeddings; weights stored (out, in)) are split along dim 0,
+    those matching a ``row`` glob (o/down projections) along dim 1. Pass the result as
+    ``slices=``; unmatched tensors (norms, biases of row layers) load whole."""
+    if not 0 <= rank < world:
+        raise UsageError("tensor_parallel: rank %d outside 0..%d" % (rank, world - 1))
+    rules: dict = {}
+    for pattern in column:
+        rules[pattern] = Split(0, world, rank)
+    for pattern in row:
+        rules[pattern] = Split(-1, world, rank)
+    return rules
+
+
+class LoadResult(NamedTuple):
+    """What a load into existing tensors did (like torch's load_state_dict result)."""
+
+    missing_keys: list
+    unexpected_keys: list
+    stats: dict
+
+
+class CheckpointTensors(dict):
+    """name -> array, sorted by name; ``stats`` says what the load read and how."""
+
+    stats: dict
+
+
+def _sources(src: Any) -> list:
+    p = fspath(src)
+    if p is not None:
+        return [p]
+    if isinstance(src, Sequence) and not isinstance(src, (str, bytes)):
+        out = [fspath(s) for s in src]
+        if out and all(s is not None for s in out):
+            return out
+    raise UsageError("a checkpoint is a folder, an index file, a glob, a file, or a list of files")
+
+
+def info_checkpoint(src: Any) -> dict:
+    """Shards, tensors and metadata of a checkpoint, from its headers alone."""
+    d = _ferry.checkpoint_info(_sources(src))
+    d["tensors"] = [
+        {"name": n, "dtype": t, "shape": s, "shard": k, "offset": o, "bytes": b}
+        for n, t, s, k, o, b in d["tensors"]
+    ]
+    return d
+
+
+def _selection(src: list, tensors: Any) -> tuple[str, list]:
+    if tensors is None:
+        return "all", []
+    if isinstance(tensors, re.Pattern):
+        return "regex", [tensors.pattern]
+    if callable(tensors):
+        names = [t[0] for t in _ferry.checkpoint_info(src)["tensors"]]
+        return "names", [n for n in names if tensors(n)]
+    if isinstance(tensors, str):
+        return ("glob" if _GLOB_CHARS.search(tensors) else "names"), [tensors]
+    items = list(tensors)
+    if any(isinstance(t, re.Pattern) for t in items):
+        return "regex", [t.pattern if isinstance(t, re.Pattern) else re.escape(t) for t in items]
+    if any(_GLOB_CHARS.search(t) for t in items):
+        return "glob", items
+    return "names", items
+
+
+def _slices(slices: Any) -> list:
+    if not slices:
+        return []
+    if not isinstance(slices, Mapping):
+        raise UsageError("slices= takes {name or glob: (dim, start, stop) or ferry.split(...)}")
+    out = []
+    for key, s in slices.items():
+        if isinstance(s, Split):
+            out.append((str(key), int(s.dim), 0, 0, int(s.parts), int(s.part)))
+        elif isinstance(s, slice):
+            raise UsageError("slices[%r]: give (dim, start, stop), not a slice object" % key)
+        else:
+            dim, start, stop = s
+            out.append((str(key), int(dim), int(start), int(stop), 0, 0))
+    return out
+
+
+def _is_module(obj: Any) -> bool:
+    return not isinstance(obj, Mapping) and callable(getattr(obj, "state_dict", None))
+
+
+def _destination(name: str, value: Any) -> Any:
+    if isinstance(value, np.ndarray) and not (value.flags.c_contiguous and value.flags.writeable):
+        raise UsageError("into[%r]: a numpy destination must be C-contiguous and writeable" % name)
+    is_contiguous = getattr(value, "is_contiguous", None)
+    if callable(is_contiguous) and not is_contiguous():
+        raise UsageError("into[%r]: the destination must be contiguous" % name)
+    return as_ferry(value)
+
+
+def _device_of(values: list) -> str | None:
+    for v in values:
+        a = as_ferry(v)
+        return a.device
+    return None
+
+
+class _Bar:
+    """A one-line progress bar on a terminal's stderr."""
+
+    def __init__(self) -> None:
+        self.last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct == self.last:
+            return
+        self.last = pct
+        width = 30
+        fill = width * pct // 100
+        sys.stderr.write("\rferry: loading [%s%s] %3d%% of %.2f GB" %
+                         ("#" * fill, "." * (width - fill), pct, total / 1e9))
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _progress(progress: Any, total_hint: int) -> Any:
+    if progress is None:
+        return _Bar() if sys.stderr.isatty() and total_hint >= (1 << 30) else None
+    if progress is True:
+        return _Bar()
+    if progress is False:
+        return None
+    if callable(progress):
+        return progress
+    raise UsageError("progress= is True, False, None (a bar on long loads in a terminal) or a callable")
+
+
+def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: Any = None,
+                    slices: Any = None, into: Any = None, strict: bool = True, dtype: Any = None,
+                    progress: Any = None, route: str = "auto"):
+    """Loads a checkpoint (a folder with model.safetensors.index.json, the index, a glob, a list
+    of files, or one file) in one plan over every shard.
+
+    ``tensors`` selects: exact names (a list), a glob, a compiled regex, or a callable on the
+    name. ``slices`` maps a name or glob to ``(dim, start, stop)`` or ``ferry.split(dim, parts,
+    part)`` (see :func:`tensor_parallel`); only those bytes are read. ``dtype`` converts
+    floating-point tensors (on the GPU for GPU loads).
+
+    Without ``into`` returns a dict name -> array (``like``'s library on ``device``, as
+    :func:`ferry.load`), with ``.stats``. With ``into`` (a dict name -> array/tensor, or a
+    ``torch.nn.Module`` whose ``state_dict`` names are matched) the bytes land in those tensors,
+    no second copy; shapes, dtypes and devices are checked before any byte moves; ``strict``
+    raises on missing or unexpected keys as ``load_state_dict`` does. Returns
+    ``LoadResult(missing_keys, unexpected_keys, stats)``.
+    """
+    srcs = _sources(src)
+    kind, patterns = _selection(srcs, tensors)
+    sl = _slices(slices)
+    as_type = None if dtype is None else dtype_text(dtype)[0]
+    if into is None:
+        dev, lib = target(device, like)
+        total = _ferry.checkpoint_info(srcs)["bytes"] if progress is None and sys.stderr.isatty() else 0
+        cb = _progress(progress, total)
+        arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
+                                               False, route, cb)
+        out = CheckpointTensors((name, to_library(a, lib)) for name, a in arrays)
+        out.stats = stats
+        return out
+
+    targets = dict(into.state_dict()) if _is_module(into) else dict(into)
+    pairs = [(str(k), _destination(k, v)) for k, v in targets.items()]
+    dev = device
+    if dev is None:
+        dev = pairs[0][1].device if pairs else "cpu"
+    dev, _lib = target(dev, None)
+    total = _ferry.checkpoint_info(srcs)["bytes"] if progress is None and sys.stderr.isatty() else 0
+    cb = _progress(progress, total)
+    # The names are matched in C++ (missing and unexpected keys, strict checked before any
+    # byte moves), so the checkpoint's headers are read once.
+    _arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, pairs, True,
+                                            bool(strict), route, cb)
+    missing = sorted(stats["missing_keys"])
+    unexpected = sorted(stats["unexpected_keys"])
+    return LoadResult(missing, unexpected, stats)
+
+
+def _parse_size(size: Any) -> int:
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", str(size), re.IGNORECASE)
+    if not m:
+        raise UsageError("max_shard_size: %r is not a size like 5GB, 500MiB or 1000000" % (size,))
+    base = 1024 if m.group(3) else 1000
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * base ** power)
+
+
+def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
+                    metadata: Mapping[str, str] | None = None) -> list:
+    """Writes ``tensors`` (a dict name -> array/tensor, or a module's state_dict) as a Hugging
+    Face checkpoint in ``folder``: model.safetensors, or shards of at most ``max_shard_size``
+    (an int or "5GB", "500MiB") plus model.safetensors.index.json. Every file is atomic; an
+    older index is removed first and the new one written last. Returns the paths written."""
+    p = fspath(folder)
+    if p is None:
+        raise UsageError("save_checkpoint takes a folder path")
+    if _is_module(tensors):
+        tensors = tensors.state_dict()
+    if not isinstance(tensors, Mapping):
+        raise UsageError("save_checkpoint takes a dict name -> array (or a module)")
+    arrays = [(str(k), as_ferry(v)) for k, v in tensors.items()]
+    return _ferry.save_checkpoint(os.fspath(p), arrays, _parse_size(max_shard_size),
+                                  {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def set_checkpoint_memory_budget(nbytes: Any) -> None:
+    """Sets the process-wide cap on temporary memory of checkpoint loads (default 1 GiB)."""
+    _ferry.set_checkpoint_memory_budget(_parse_size(nbytes))
+
+
+def checkpoint_memory_budget() -> int:
+    return _ferry.checkpoint_memory_budget()
+
+
+__all__ = ["CheckpointTensors", "LoadResult", "Split", "checkpoint_memory_budget", "info_checkpoint",
+           "load_checkpoint", "save_checkpoint", "set_checkpoint_memory_budget", "split",
+           "tensor_parallel"]

@@ -1,0 +1,162 @@
+// Checkpoints from Python: describe, load (selection, slices, caller destinations, progress)
+// and save. ferry/_checkpoint.py resolves Python-only conveniences (callables, torch modules,
+// tensor-parallel rules) into these plain arguments.
+#include <Python.h>
+
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bind.hpp"
+#include "ferry/checkpoint.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::python {
+namespace {
+
+using namespace nb::literals;
+
+// (pattern, dim, start, stop, parts, part)
+using slice_tuple = std::tuple<std::string, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+
+checkpoint open_source(const std::vector<std::string>& sources) {
+    if (sources.size() == 1) return open_checkpoint(sources[0]);
+    return open_checkpoint(sources);
+}
+
+nb::dict info(const std::vector<std::string>& sources) {
+    checkpoint c;
+    {
+        nb::gil_scoped_release nogil;
+        c = open_source(sources);
+    }
+    nb::dict out;
+    out["source"] = c.source;
+    out["index"] = c.index_path.empty() ? nb::object(nb::none()) : nb::object(nb::str(c.index_path.c_str()));
+    out["metadata"] = c.metadata;
+    out["bytes"] = c.total_bytes();
+    nb::list shards;
+    for (const auto& s : c.shards) {
+        nb::dict d;
+        d["path"] = s.path;
+        d["size"] = s.file_size;
+        d["metadata"] = s.header.metadata;
+        shards.append(d);
+    }
+    out["shards"] = shards;
+    nb::list tensors;
+    for (const auto& t : c.tensors) {
+        nb::list shape;
+        for (auto x : t.shape) shape.append(x);
+        tensors.append(nb::make_tuple(t.name, std::string(to_string(t.type)), nb::tuple(shape), t.shard, t.offset, t.bytes));
+    }
+    out["tensors"] = tensors;
+    return out;
+}
+
+nb::tuple load(const std::vector<std::string>& sources, const std::string& device, const std::string& kind,
+               const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
+               std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
+               bool only_into, bool strict, const std::string& route, nb::object progress) {
+    checkpoint_load_options o;
+    o.where = parse_placement(device);
+    if (as) o.as = parse_dtype(*as).type;
+    using k = tensor_selection::kind;
+    if (kind == "names") o.select = {k::names, patterns};
+    else if (kind == "glob") o.select = {k::glob, patterns};
+    else if (kind == "regex") o.select = {k::regex, patterns};
+    else if (kind != "all") throw usage_error("load_checkpoint: unknown selection kind '" + kind + "'");
+    for (const auto& [pattern, dim, start, stop, parts, part] : slices) {
+        tensor_slice s{dim, start, stop, parts, part};
+        if (pattern.find_first_of("*?[") != std::string::npos) o.slice_rules.push_back({pattern, s});
+        else o.slices[pattern] = s;
+    }
+    for (const auto& [name, a] : into) {
+        if (!a) throw usage_error("load_checkpoint: destination for '" + name + "' is None");
+        o.into[name] = *a;
+    }
+    o.only_into = only_into;
+    o.strict_into = strict;
+    if (route == "segments") o.route = route_choice::segments;
+    else if (route == "span") o.route = route_choice::span;
+    else if (route != "auto") throw usage_error("load_checkpoint: route is auto, segments or span");
+    if (!progress.is_none()) {
+        o.progress = [progress](std::uint64_t done, std::uint64_t total) {
+            nb::gil_scoped_acquire gil;
+            progress(done, total);
+        };
+    }
+    checkpoint_load l;
+    {
+        nb::gil_scoped_release nogil;
+        checkpoint c = open_source(sources);
+        l = load_checkpoint(c, o);
+    }
+    nb::list arrays;
+    for (auto& t : l.tensors) arrays.append(nb::make_tuple(t.name, nb::cast(std::move(t.value))));
+    nb::dict stats;
+    stats["bytes_read"] = l.stats.bytes_read;
+    stats["bytes_out"] = l.stats.bytes_out;
+    stats["tensors"] = l.stats.tensors;
+    stats["files"] = l.stats.files;
+    stats["requests"] = l.stats.requests;
+    stats["seconds"] = l.stats.seconds;
+    stats["first_read_seconds"] = l.stats.first_read_seconds;
+    stats["peak_temp_bytes"] = l.stats.peak_temp_bytes;
+    stats["device_temp_bytes"] = l.stats.device_temp_bytes;
+    stats["budget_peak_bytes"] = l.stats.budget_peak_bytes;
+    nb::list plan;
+    for (const auto& tp : l.plan.tensors) {
+        nb::dict d;
+        d["name"] = tp.name;
+        d["route"] = std::string(to_string(tp.route));
+        d["reason"] = tp.reason;
+        d["bytes_read"] = tp.bytes_read;
+        d["convert"] = tp.convert;
+        d["into"] = tp.into;
+        plan.append(d);
+    }
+    stats["plan"] = plan;
+    stats["missing_keys"] = l.plan.missing;
+    stats["unexpected_keys"] = l.plan.unexpected;
+    return nb::make_tuple(arrays, stats);
+}
+
+}  // namespace
+
+void bind_checkpoint(nb::module_& m) {
+    m.def("checkpoint_info", &info, "sources"_a,
+          "Shards, tensors (name, dtype, shape, shard, offset, bytes) and metadata of a checkpoint.");
+    m.def("load_checkpoint", &load, "sources"_a, "device"_a = "cpu", "kind"_a = "all",
+          "patterns"_a = std::vector<std::string>{}, "slices"_a = std::vector<slice_tuple>{},
+          "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
+          "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
+          "Loads a checkpoint in one plan. Returns ([(name, Array)], stats).");
+    m.def(
+        "save_checkpoint",
+        [](const std::string& folder, const std::vector<std::pair<std::string, const array*>>& arrays,
+           std::uint64_t max_shard_size, const std::map<std::string, std::string>& metadata) {
+            std::vector<named_array> v;
+            for (const auto& [name, a] : arrays) {
+                if (!a) throw usage_error("save_checkpoint: '" + name + "' is None, not an array");
+                v.push_back({name, *a});
+            }
+            nb::gil_scoped_release nogil;
+            return save_checkpoint(folder, v, max_shard_size, metadata);
+        },
+        "folder"_a, "arrays"_a, "max_shard_size"_a, "metadata"_a = std::map<std::string, std::string>{});
+    m.def("set_checkpoint_memory_budget", &set_checkpoint_memory_budget, "bytes"_a);
+    m.def("checkpoint_memory_budget", &checkpoint_memory_budget);
+    m.def("checkpoint_memory_peak", &checkpoint_memory_peak);
+}
+
+}  // namespace ferry::python

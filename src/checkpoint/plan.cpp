@@ -1,0 +1,278 @@
+// The checkpoint planner (see plan.hpp).
+//
+// Route choice for a slice along a dimension other than the first, from two costs: a segment
+// read costs about `segment_cost` of fixed overhead (one pread on one of the range reader's
+// segment threads, run side by side), and bytes cost their transfer time at `read_bandwidth`.
+// Reading each row segment costs rows * segment_cost more than reading the enclosing span, and
+// the span costs the skipped bytes. Segments win when the bytes skipped per row take longer
+// than one segment read: about 2.5 KB at these figures.
+#include "checkpoint/plan.hpp"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+#include "ferry/convert.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::checkpoints {
+namespace {
+
+// A small pread from the page cache costs about 2 us on one thread and the segment readers run
+// up to 16 at once; the aggregate read bandwidth it is weighed against is that of a hot load
+// on a recent server (see docs/checkpoints.md). Estimates: the GPU benchmark's tp row checks
+// them.
+constexpr double request_cost_s = 2e-6 / 16;
+constexpr double read_bandwidth = 20e9;
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+    return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+std::vector<std::size_t> select(const checkpoint& c, const tensor_selection& s) {
+    std::vector<std::size_t> out;
+    using k = tensor_selection::kind;
+    if (s.how == k::all) {
+        for (std::size_t i = 0; i < c.tensors.size(); ++i) out.push_back(i);
+        return out;
+    }
+    if (s.how == k::names) {
+        std::set<std::size_t> picked;
+        for (const auto& n : s.patterns) {
+            const checkpoint_tensor* t = c.find(n);
+            if (!t) throw checkpoint_error(c.source, n, "no such tensor in the checkpoint");
+            picked.insert(static_cast<std::size_t>(t - c.tensors.data()));
+        }
+        return {picked.begin(), picked.end()};
+    }
+    std::vector<std::regex> res;
+    if (s.how == k::regex) {
+        for (const auto& p : s.patterns) {
+            try {
+                res.emplace_back(p, std::regex::ECMAScript);
+            } catch (const std::regex_error& e) {
+                throw usage_error("checkpoint: invalid regex '" + p + "': " + e.what());
+            }
+        }
+    }
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+        const std::string& n = c.tensors[i].name;
+        bool hit = false;
+        if (s.how == k::glob)
+            hit = std::any_of(s.patterns.begin(), s.patterns.end(), [&](auto& p) { return glob_match(p, n); });
+        else
+            hit = std::any_of(res.begin(), res.end(), [&](auto& r) { return std::regex_search(n, r); });
+        if (hit) out.push_back(i);
+    }
+    return out;
+}
+
+const tensor_slice* slice_for(const checkpoint_load_options& o, const std::string& name) {
+    if (auto it = o.slices.find(name); it != o.slices.end()) return &it->second;
+    for (const auto& [pattern, s] : o.slice_rules)
+        if (glob_match(pattern, name)) return &s;
+    return nullptr;
+}
+
+}  // namespace
+
+detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, std::uint64_t budget_cap) {
+    detailed_plan d;
+    std::vector<std::size_t> chosen = select(c, o.select);
+    if (o.only_into) {
+        std::set<std::string> selected;
+        for (std::size_t idx : chosen) {
+            selected.insert(c.tensors[idx].name);
+            if (!o.into.count(c.tensors[idx].name)) d.plan.unexpected.push_back(c.tensors[idx].name);
+        }
+        for (const auto& [name, a] : o.into)
+            if (!selected.count(name)) d.plan.missing.push_back(name);
+        if (o.strict_into && (!d.plan.missing.empty() || !d.plan.unexpected.empty())) {
+            auto list = [](const std::vector<std::string>& v) {
+                std::string s;
+                for (std::size_t i = 0; i < v.size() && i < 20; ++i) s += (i ? ", " : "") + v[i];
+                if (v.size() > 20) s += ", ... (" + std::to_string(v.size()) + " in all)";
+                return s;
+            };
+            throw usage_error(c.source + ": destinations and checkpoint do not match: missing key(s) [" +
+                              list(d.plan.missing) + "]; unexpected key(s) [" + list(d.plan.unexpected) + "]");
+        }
+    } else {
+        for (const auto& [name, a] : o.into)
+            if (!c.find(name))
+                throw checkpoint_error(c.source, name, "a destination is given but the checkpoint has no such tensor");
+    }
+    for (const auto& [name, s] : o.slices)
+        if (!c.find(name)) throw checkpoint_error(c.source, name, "a slice is given but the checkpoint has no such tensor");
+
+    for (std::size_t idx : chosen) {
+        const checkpoint_tensor& t = c.tensors[idx];
+        const std::string& file = c.shards[t.shard].path;
+        auto into_it = o.into.find(t.name);
+        const array* into = into_it == o.into.end() ? nullptr : &into_it->second;
+        if (o.only_into && !into) continue;
+
+        tensor_plan p;
+        p.name = t.name;
+        p.tensor = idx;
+        p.shape = t.shape;
+        std::size_t item = size_of(t.type);
+        geometry g;
+        g.file = t.shard;
+        g.from = t.type;
+
+        // Slice: rows = prod(shape[:dim]), pitch = extent * inner, segment = length * inner.
+        std::uint64_t inner = item;
+        int dim = 0;
+        std::int64_t start = 0, stop = t.shape.empty() ? 1 : t.shape[0];
+        if (const tensor_slice* s = slice_for(o, t.name)) {
+            dim = s->dim < 0 ? s->dim + static_cast<int>(t.shape.size()) : s->dim;
+            if (dim < 0 || dim >= static_cast<int>(t.shape.size()))
+                throw checkpoint_error(file, t.name, "slice dimension " + std::to_string(s->dim) +
+                                                         " outside a tensor of shape " + shape_to_string(t.shape));
+            std::int64_t n = t.shape[dim];
+            if (s->parts > 0) {
+                if (s->part < 0 || s->part >= s->parts)
+                    throw checkpoint_error(file, t.name, "split part " + std::to_string(s->part) +
+                                                             " outside 0.." + std::to_string(s->parts - 1));
+                start = s->part * n / s->parts;
+                stop = (s->part + 1) * n / s->parts;
+            } else {
+                start = s->start;
+                stop = s->stop;
+            }
+            if (start < 0 || stop < start || stop > n)
+                throw checkpoint_error(file, t.name, "slice [" + std::to_string(start) + ", " + std::to_string(stop) +
+                                                         ") of dimension " + std::to_string(dim) +
+                                                         " outside a tensor of shape " + shape_to_string(t.shape));
+            p.shape[dim] = stop - start;
+        }
+        std::uint64_t rows = 1;
+        for (int i = 0; i < dim; ++i) rows *= static_cast<std::uint64_t>(t.shape[i]);
+        for (std::size_t i = dim + 1; i < t.shape.size(); ++i) inner *= static_cast<std::uint64_t>(t.shape[i]);
+        std::uint64_t extent = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape[dim]);
+        bool full = start == 0 && static_cast<std::uint64_t>(stop) == extent;
+        std::uint64_t out_elems = element_count(p.shape);
+
+        // Conversion: asked for with `as`, or implied by a destination of another float dtype.
+        dtype to = t.type;
+        if (o.as && can_astype(t.type, *o.as) && is_floating(t.type)) to = *o.as;
+        if (into) {
+            if (into->type() != to) {
+                if (is_floating(t.type) && is_floating(into->type()) && can_astype(t.type, into->type()))
+                    to = into->type();
+                else
+                    throw checkpoint_error(file, t.name, "destination dtype " + std::string(to_string(into->type())) +
+                                                             " does not match the tensor's " +
+                                                             std::string(to_string(to)));
+            }
+            if (into->shape() != p.shape)
+                throw checkpoint_error(file, t.name, "destination shape " + shape_to_string(into->shape()) +
+                                                         " does not match the planned " + shape_to_string(p.shape));
+            if (!into->is_native() || (into->layout() != storage_order::c && !into->is_c_and_fortran()))
+                throw checkpoint_error(file, t.name, "destination must be C-contiguous in native byte order");
+            if (into->where().on_gpu() != o.where.on_gpu() ||
+                (o.where.on_gpu() && into->where().device != o.where.device))
+                throw checkpoint_error(file, t.name, "destination is on " + to_string(into->where()) +
+                                                         ", the load targets " + to_string(o.where));
+            if (out_elems > 0 && into->data() == nullptr)
+                throw checkpoint_error(file, t.name, "destination has no storage");
+        }
+        p.type = to;
+        p.convert = to != t.type;
+        p.into = into != nullptr;
+        g.to = to;
+        g.into = into;
+        g.where = into ? into->where() : o.where;
+
+        if (rows == 1 || full || out_elems == 0) {
+            // One byte range: the whole tensor, or a slice of its outermost non-trivial dim.
+            std::uint64_t len = full ? t.bytes : (stop - start) * inner;
+            if (out_elems == 0) len = 0;
+            g.offset = t.offset + (full ? 0 : start * inner);
+            g.rows = 1;
+            g.row_bytes = g.seg_bytes = len;
+            p.route = read_route::whole;
+            p.reason = full ? (dim == 0 && t.shape.size() > 0 && slice_for(o, t.name) ? "slice covers the dimension" : "whole tensor")
+                            : "slice along the outermost dimension: one byte range";
+            if (p.convert) {
+                // Converted in pieces of whole elements: rows of one element.
+                g.rows = len / item;
+                g.row_bytes = g.seg_bytes = item;
+                g.staged = true;
+            }
+        } else {
+            g.offset = t.offset + start * inner;
+            g.rows = rows;
+            g.row_bytes = extent * inner;
+            g.seg_bytes = (stop - start) * inner;
+            double skipped_s = static_cast<double>(g.row_bytes - g.seg_bytes) / read_bandwidth;
+            bool segments = skipped_s > request_cost_s;
+            if (o.route == route_choice::segments) segments = true;
+            if (o.route == route_choice::span) segments = false;
+            p.route = segments ? read_route::segments : read_route::span;
+            char why[200];
+            std::snprintf(why, sizeof why,
+                          "%llu segments of %llu bytes, %llu skipped between them: %s",
+                          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(g.seg_bytes),
+                          static_cast<unsigned long long>(g.row_bytes - g.seg_bytes),
+                          o.route != route_choice::automatic ? "route forced"
+                          : segments ? "skipping costs more than a request, read each segment"
+                                     : "a request costs more than the skipped bytes, read the span and gather");
+            p.reason = why;
+            // Host segments without conversion land in place; everything else is staged.
+            g.staged = !segments || p.convert || g.where.on_gpu();
+        }
+        g.out_seg_bytes = g.seg_bytes / item * size_of(to);
+        p.bytes_read = p.route == read_route::span ? (g.rows - 1) * g.row_bytes + g.seg_bytes : g.rows * g.seg_bytes;
+
+        if (g.staged) {
+            std::uint64_t per_row_host = p.route == read_route::span ? g.row_bytes : g.seg_bytes;
+            std::uint64_t per_row_dev = g.where.on_gpu() && p.convert ? g.seg_bytes : 0;
+            // Pieces shrink to fit two in the budget; one row is the smallest piece there is.
+            std::uint64_t target = std::min(piece_target, budget_cap / 2);
+            g.rows_per_piece = std::max<std::uint64_t>(1, target / std::max<std::uint64_t>(1, per_row_host + per_row_dev));
+            g.rows_per_piece = std::min(g.rows_per_piece, g.rows);
+            std::uint64_t host = p.route == read_route::span ? (g.rows_per_piece - 1) * g.row_bytes + g.seg_bytes
+                                                             : g.rows_per_piece * g.seg_bytes;
+            std::uint64_t dev = g.rows_per_piece * per_row_dev;
+            host = (host + 255) / 256 * 256;  // pieces sit at 256-byte offsets in a slot
+            dev = (dev + 255) / 256 * 256;
+            p.temp_bytes = host + dev;
+            d.staging_piece = std::max(d.staging_piece, host);
+            d.device_piece = std::max(d.device_piece, dev);
+            if (host + dev > budget_cap)
+                throw checkpoint_error(file, t.name, "one piece needs " + std::to_string(host + dev) +
+                                                         " bytes of temporary memory, above the checkpoint memory budget of " +
+                                                         std::to_string(budget_cap));
+        }
+        g.plan = d.plan.tensors.size();
+        d.plan.bytes_read += p.bytes_read;
+        d.plan.bytes_out += out_elems * size_of(to);
+        d.plan.tensors.push_back(std::move(p));
+        d.tensors.push_back(g);
+    }
+    d.plan.largest_piece = d.staging_piece + d.device_piece;
+    if (d.plan.largest_piece > budget_cap)
+        throw checkpoint_error(c.source, "", "pieces need " + std::to_string(d.plan.largest_piece) +
+                                                 " bytes of temporary memory, above the checkpoint memory budget of " +
+                                                 std::to_string(budget_cap));
+    return d;
+}
+
+}  // namespace ferry::checkpoints
+
+namespace ferry {
+
+std::string_view to_string(read_route r) noexcept {
+    switch (r) {
+        case read_route::whole: return "whole";
+        case read_route::segments: return "segments";
+        case read_route::span: return "span";
+    }
+    return "?";
+}
+
+}  // namespace ferry

@@ -1,0 +1,84 @@
+// The one seam between checkpoint loads and the I/O engine: "read these byte ranges of these
+// files into these destinations, as one batch". Today a plain range is a file::read_async on the
+// engine's shared worker pool (which splits large ranges across its threads and stages GPU
+// destinations through its pinned lanes), and a strided range (equal row segments of a sliced
+// tensor) is split into groups of rows read by the reader's own segment threads, each segment a
+// pread on that thread; moving both to a batch scheduler changes this file only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/file.hpp"
+
+namespace ferry::detail {
+class thread_pool;
+}
+
+namespace ferry::checkpoints {
+
+struct range_request {
+    std::size_t file = 0;       ///< index into the reader's paths
+    std::uint64_t offset = 0;   ///< in the file
+    std::uint64_t length = 0;
+    void* dst = nullptr;        ///< any memory (host, pinned, device)
+};
+
+/// `count` segments of `length` bytes, segment r at file offset `offset + r * pitch`, landing
+/// packed at `dst + r * length`. Host memory only (pageable or pinned).
+struct strided_request {
+    std::size_t file = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::uint64_t pitch = 0;
+    std::uint64_t count = 0;
+    void* dst = nullptr;
+};
+
+/// One batch in flight. wait() returns, per request (the plain ones, then the strided ones),
+/// nullptr or its error, after every request finished (the destinations may be released then).
+class range_batch {
+public:
+    range_batch() = default;
+    range_batch(range_batch&&) = default;
+    range_batch& operator=(range_batch&&) = default;
+    ~range_batch();
+    /// Waits for all; calls on_done(request index) for each request once all its parts are in.
+    std::vector<std::exception_ptr> wait(const std::function<void(std::size_t)>& on_done = {});
+
+private:
+    friend class range_reader;
+    std::vector<std::future<std::size_t>> pending_;
+    std::vector<std::size_t> owner_;  ///< the request each pending part belongs to
+    std::size_t requests_ = 0;
+};
+
+/// The files of one load, opened once. Thread-compatible.
+class range_reader {
+public:
+    explicit range_reader(const std::vector<std::string>& paths);
+    /// Joins the segment readers. Batches must have been waited for (they wait on destruction).
+    ~range_reader();
+    /// Starts every request at once; returns without waiting.
+    range_batch submit(const std::vector<range_request>& requests,
+                       const std::vector<strided_request>& strided = {});
+    std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
+    /// File reads issued (a strided request counts its segments).
+    std::size_t requests() const noexcept { return count_.load(); }
+
+private:
+    detail::thread_pool& segment_pool();
+
+    std::vector<file> files_;
+    std::unique_ptr<detail::thread_pool> segment_pool_;
+    std::atomic<std::uint64_t> bytes_{0};
+    std::atomic<std::size_t> count_{0};
+};
+
+}  // namespace ferry::checkpoints

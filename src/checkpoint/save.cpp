@@ -1,0 +1,84 @@
+// Saving a checkpoint in the Hugging Face layout. Order of operations is what keeps the folder
+// valid at every moment: an older index goes first (the folder then holds no checkpoint, or
+// the older single file), each shard is replaced atomically, and the new index comes last.
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/checkpoint.hpp"
+#include "ferry/error.hpp"
+#include "ferry/safetensors.hpp"
+#include "formats/atomic_write.hpp"
+
+namespace ferry {
+
+std::vector<std::string> save_checkpoint(const std::string& folder, const std::vector<named_array>& tensors,
+                                         std::uint64_t max_shard_size,
+                                         const std::map<std::string, std::string>& metadata) {
+    namespace fs = std::filesystem;
+    if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec) throw system_error(ec.value(), "create_directories", {folder, 0, 0});
+
+    std::set<std::string> names;
+    for (const auto& t : tensors)
+        if (!names.insert(t.name).second)
+            throw usage_error("save_checkpoint: duplicate tensor name '" + t.name + "'");
+    // Greedy in the given order, as huggingface_hub splits a state dict.
+    std::vector<std::vector<named_array>> shards;
+    std::uint64_t in_shard = 0;
+    for (const auto& t : tensors) {
+        std::uint64_t b = t.value.nbytes();
+        if (shards.empty() || (in_shard > 0 && in_shard + b > max_shard_size)) {
+            shards.emplace_back();
+            in_shard = 0;
+        }
+        shards.back().push_back(t);
+        in_shard += b;
+    }
+    if (shards.empty()) shards.emplace_back();
+
+    std::map<std::string, std::string> shard_meta = metadata;
+    shard_meta.emplace("format", "pt");
+    fs::path dir(folder);
+    fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
+        throw system_error(ec.value(), "remove", {index.string(), 0, 0});
+
+    std::vector<std::string> written;
+    if (shards.size() == 1) {
+        std::string p = (dir / "model.safetensors").string();
+        save_safetensors(p, shards[0], shard_meta);
+        written.push_back(p);
+        return written;
+    }
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    std::uint64_t total = 0;
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+        std::string p = (dir / name).string();
+        save_safetensors(p, shards[k], shard_meta);
+        written.push_back(p);
+        for (const auto& t : shards[k]) {
+            weight_map[t.name] = name;
+            total += t.value.nbytes();
+        }
+    }
+    nlohmann::ordered_json j;
+    j["metadata"] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) j["metadata"][k] = v;
+    j["metadata"]["total_size"] = total;
+    j["weight_map"] = weight_map;
+    std::string text = j.dump(2) + "\n";
+    formats::atomic_write w(index.string());
+    w.file().write(text.data(), text.size(), 0);
+    w.commit();
+    written.push_back(index.string());
+    return written;
+}
+
+}  // namespace ferry

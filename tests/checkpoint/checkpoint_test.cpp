@@ -1,0 +1,477 @@
+// Checkpoints: sharded layout, index checks, selection, slices and their routes, bytes read,
+// caller destinations, the memory budget, I/O errors mid-load, and saving.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+#include <atomic>
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/checkpoint.hpp"
+#include "ferry/convert.hpp"
+#include "ferry/error.hpp"
+#include "ferry/safetensors.hpp"
+#include "test_util.hpp"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+
+array iota(std::vector<std::int64_t> shape, float base) {
+    array a(dtype::float32, shape);
+    auto* p = static_cast<float*>(a.data());
+    for (std::size_t i = 0; i < a.size(); ++i) p[i] = base + static_cast<float>(i);
+    return a;
+}
+
+// Three shards with an index, as huggingface_hub lays them out.
+struct sample {
+    test::temp_dir dir;
+    std::vector<named_array> all;
+    sample() {
+        all = {{"embed", iota({64, 32}, 0)},       {"layer.0.q", iota({32, 32}, 10000)},
+               {"layer.0.o", iota({32, 48}, 20000)}, {"layer.0.norm", iota({32}, 30000)},
+               {"layer.1.q", iota({32, 32}, 40000)}, {"layer.1.o", iota({32, 48}, 50000)},
+               {"layer.1.norm", iota({32}, 60000)},  {"head", iota({4, 8, 16}, 70000)}};
+        save_checkpoint(dir.path(), all, 10000);
+    }
+    const array& get(const std::string& n) const {
+        for (const auto& t : all)
+            if (t.name == n) return t.value;
+        throw std::runtime_error(n);
+    }
+};
+
+const array& find(const checkpoint_load& l, const std::string& n) {
+    for (const auto& t : l.tensors)
+        if (t.name == n) return t.value;
+    throw std::runtime_error("missing " + n);
+}
+
+float at(const array& a, std::size_t i) { return static_cast<const float*>(a.data())[i]; }
+
+bool same(const array& a, const array& b) {
+    return a.shape() == b.shape() && a.type() == b.type() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+nlohmann::json read_json(const std::string& p) {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in);
+}
+void write_json(const std::string& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(); }
+
+TEST(Checkpoint, SavesShardsAndIndexLast) {
+    sample s;
+    EXPECT_TRUE(fs::exists(s.dir / "model.safetensors.index.json"));
+    nlohmann::json j = read_json(s.dir / "model.safetensors.index.json");
+    EXPECT_EQ(j["weight_map"].size(), 8u);
+    EXPECT_GE(fs::path(j["weight_map"]["head"].get<std::string>()).string().size(), 10u);
+    std::uint64_t total = 0;
+    for (const auto& t : s.all) total += t.value.nbytes();
+    EXPECT_EQ(j["metadata"]["total_size"].get<std::uint64_t>(), total);
+    checkpoint c = open_checkpoint(s.dir.path());
+    EXPECT_GE(c.shards.size(), 3u);
+    EXPECT_EQ(c.tensors.size(), 8u);
+    EXPECT_EQ(c.total_bytes(), total);
+}
+
+TEST(Checkpoint, LoadsEverySourceKindByteExact) {
+    sample s;
+    for (std::string src : {s.dir.path(), s.dir / "model.safetensors.index.json", s.dir / "model-*.safetensors"}) {
+        checkpoint c = open_checkpoint(src);
+        checkpoint_load l = load_checkpoint(c);
+        ASSERT_EQ(l.tensors.size(), 8u) << src;
+        for (const auto& t : s.all) EXPECT_TRUE(same(find(l, t.name), t.value)) << src << " " << t.name;
+        EXPECT_EQ(l.stats.bytes_read, c.total_bytes());
+        // One read per shard: tensors of a shard are adjacent and land adjacent.
+        EXPECT_EQ(l.stats.requests, c.shards.size()) << src;
+    }
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(s.dir.path()))
+        if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    checkpoint_load l = load_checkpoint(open_checkpoint(files));
+    EXPECT_EQ(l.tensors.size(), 8u);
+    // One file.
+    test::temp_dir one;
+    save_checkpoint(one.path(), s.all);
+    EXPECT_TRUE(fs::exists(one / "model.safetensors"));
+    EXPECT_FALSE(fs::exists(one / "model.safetensors.index.json"));
+    l = load_checkpoint(open_checkpoint(one / "model.safetensors"));
+    EXPECT_TRUE(same(find(l, "layer.1.o"), s.get("layer.1.o")));
+}
+
+TEST(Checkpoint, SelectsByNameGlobAndRegex) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    checkpoint_load_options o;
+    o.select = {tensor_selection::kind::names, {"head", "embed"}};
+    EXPECT_EQ(load_checkpoint(c, o).tensors.size(), 2u);
+    o.select = {tensor_selection::kind::glob, {"layer.*.q"}};
+    auto l = load_checkpoint(c, o);
+    ASSERT_EQ(l.tensors.size(), 2u);
+    EXPECT_EQ(l.tensors[0].name, "layer.0.q");
+    EXPECT_EQ(l.stats.bytes_read, 2u * 32 * 32 * 4);
+    o.select = {tensor_selection::kind::regex, {"norm$"}};
+    EXPECT_EQ(load_checkpoint(c, o).tensors.size(), 2u);
+    o.select = {tensor_selection::kind::names, {"nope"}};
+    EXPECT_THROW(load_checkpoint(c, o), checkpoint_error);
+}
+
+void check_slice(const array& whole, const array& part, int dim, std::int64_t start) {
+    // Compare element by element through C-order indices.
+    const auto& ws = whole.shape();
+    const auto& ps = part.shape();
+    std::size_t n = part.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        std::size_t rem = i, off = 0, stride = 1;
+        std::vector<std::int64_t> idx(ps.size());
+        for (int d = static_cast<int>(ps.size()) - 1; d >= 0; --d) {
+            idx[d] = static_cast<std::int64_t>(rem % ps[d]);
+            rem /= ps[d];
+        }
+        idx[dim] += start;
+        for (int d = static_cast<int>(ws.size()) - 1; d >= 0; --d) {
+            off += idx[d] * stride;
+            stride *= ws[d];
+        }
+        ASSERT_EQ(at(part, i), at(whole, off)) << "element " << i;
+    }
+}
+
+TEST(Checkpoint, SlicesAlongDimZeroAndOneWithEveryRoute) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    for (route_choice r : {route_choice::automatic, route_choice::segments, route_choice::span}) {
+        checkpoint_load_options o;
+        o.route = r;
+        o.slices["embed"] = tensor_slice::range(0, 16, 48);
+        o.slices["layer.0.o"] = tensor_slice::range(1, 8, 40);
+        o.slice_rules.push_back({"layer.1.*", tensor_slice::split(-1, 2, 1)});
+        o.slices["head"] = tensor_slice::range(1, 2, 5);
+        auto l = load_checkpoint(c, o);
+        check_slice(s.get("embed"), find(l, "embed"), 0, 16);
+        check_slice(s.get("layer.0.o"), find(l, "layer.0.o"), 1, 8);
+        check_slice(s.get("layer.1.o"), find(l, "layer.1.o"), 1, 24);
+        check_slice(s.get("layer.1.q"), find(l, "layer.1.q"), 1, 16);
+        check_slice(s.get("layer.1.norm"), find(l, "layer.1.norm"), 0, 16);
+        check_slice(s.get("head"), find(l, "head"), 1, 2);
+        EXPECT_TRUE(same(find(l, "layer.0.q"), s.get("layer.0.q")));
+        for (const auto& tp : l.plan.tensors) {
+            EXPECT_FALSE(tp.reason.empty());
+            if (tp.name == "layer.0.o" && r != route_choice::automatic)
+                EXPECT_EQ(tp.route, r == route_choice::segments ? read_route::segments : read_route::span);
+            if (tp.name == "embed") EXPECT_EQ(tp.route, read_route::whole);
+        }
+    }
+}
+
+TEST(Checkpoint, HalfSliceReadsAboutHalf) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    checkpoint_load_options o;
+    o.route = route_choice::segments;
+    o.slice_rules.push_back({"*.q", tensor_slice::split(0, 2, 0)});
+    o.slice_rules.push_back({"*", tensor_slice::split(-1, 2, 1)});
+    auto l = load_checkpoint(c, o);
+    double ratio = static_cast<double>(l.stats.bytes_read) / static_cast<double>(c.total_bytes());
+    EXPECT_GT(ratio, 0.45);
+    EXPECT_LT(ratio, 0.55);
+    EXPECT_EQ(l.stats.bytes_read, l.plan.bytes_read);
+    // The span route reads the enclosing span: more, counted too.
+    o.route = route_choice::span;
+    auto span = load_checkpoint(c, o);
+    EXPECT_GT(span.stats.bytes_read, l.stats.bytes_read);
+}
+
+TEST(Checkpoint, WritesIntoCallerBuffersAndConverts) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    array q(dtype::float32, {32, 32});
+    array o16(dtype::float16, {32, 24});
+    checkpoint_load_options o;
+    o.into["layer.0.q"] = q;
+    o.into["layer.0.o"] = o16;
+    o.slices["layer.0.o"] = tensor_slice::split(1, 2, 0);
+    o.only_into = true;
+    auto l = load_checkpoint(c, o);
+    ASSERT_EQ(l.tensors.size(), 2u);
+    EXPECT_TRUE(same(q, s.get("layer.0.q")));
+    EXPECT_EQ(find(l, "layer.0.q").data(), q.data());
+    EXPECT_EQ(l.plan.tensors[0].convert, true);  // layer.0.o sorts first
+    EXPECT_EQ(l.plan.unexpected.size(), 6u);
+    EXPECT_TRUE(l.plan.missing.empty());
+    // load_state_dict's strict: a destination the checkpoint lacks, or a tensor without one,
+    // fails before any byte moves.
+    std::memset(q.data(), 0, q.nbytes());
+    o.into["ghost"] = array(dtype::float32, {1});
+    o.strict_into = true;
+    EXPECT_THROW(load_checkpoint(c, o), usage_error);
+    EXPECT_EQ(static_cast<const float*>(q.data())[5], 0.0f);
+    o.strict_into = false;
+    auto lenient = load_checkpoint(c, o);
+    EXPECT_EQ(lenient.plan.missing, std::vector<std::string>{"ghost"});
+    array back = astype(o16, dtype::float32);
+    check_slice(astype(astype(s.get("layer.0.o"), dtype::float16), dtype::float32), back, 1, 0);
+    // as= converts fresh tensors too.
+    checkpoint_load_options h;
+    h.as = dtype::bfloat16;
+    h.select = {tensor_selection::kind::names, {"embed"}};
+    auto lb = load_checkpoint(c, h);
+    EXPECT_EQ(find(lb, "embed").type(), dtype::bfloat16);
+    check_slice(astype(astype(s.get("embed"), dtype::bfloat16), dtype::float32),
+                astype(find(lb, "embed"), dtype::float32), 0, 0);
+}
+
+TEST(Checkpoint, RejectsBadDestinationsBeforeAnyByteMoves) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    auto expect_untouched = [&](checkpoint_load_options o, const std::string& tensor) {
+        array guard(dtype::float32, {32, 32});
+        std::memset(guard.data(), 0x5a, guard.nbytes());
+        o.into["layer.0.q"] = guard;
+        try {
+            load_checkpoint(c, o);
+            ADD_FAILURE() << "no error";
+        } catch (const checkpoint_error& e) {
+            EXPECT_EQ(e.tensor(), tensor) << e.what();
+            EXPECT_NE(std::string(e.what()).find(".safetensors"), std::string::npos) << e.what();
+        }
+        auto* b = static_cast<unsigned char*>(guard.data());
+        EXPECT_TRUE(std::all_of(b, b + guard.nbytes(), [](unsigned char x) { return x == 0x5a; }));
+    };
+    checkpoint_load_options o;
+    o.into["layer.1.q"] = array(dtype::float32, {32, 31});
+    expect_untouched(o, "layer.1.q");
+    o.into["layer.1.q"] = array(dtype::int32, {32, 32});
+    expect_untouched(o, "layer.1.q");
+    o.into["layer.1.q"] = array(dtype::float32, {32, 32});
+    o.slices["layer.1.o"] = tensor_slice::range(1, 40, 49);
+    expect_untouched(o, "layer.1.o");
+    o.slices["layer.1.o"] = tensor_slice::range(2, 0, 1);
+    expect_untouched(o, "layer.1.o");
+    o.slices["layer.1.o"] = tensor_slice::split(1, 4, 4);
+    expect_untouched(o, "layer.1.o");
+    checkpoint_load_options w;
+    w.where = placement::cuda(0);
+    expect_untouched(w, "layer.0.q");  // a host buffer for a GPU load
+}
+
+TEST(Checkpoint, BudgetTooSmallForOnePieceIsAnErrorAndBackpressureWaits) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    std::uint64_t saved = checkpoint_memory_budget();
+    checkpoint_load_options o;
+    o.route = route_choice::span;
+    o.slices["embed"] = tensor_slice::range(1, 0, 16);  // rows of 128 bytes, a span of ~8 KiB
+    set_checkpoint_memory_budget(64);
+    try {
+        load_checkpoint(c, o);
+        ADD_FAILURE() << "no error";
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "embed");
+        EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos);
+    }
+    // A budget that holds one piece at a time: two loads at once share it, both succeed.
+    set_checkpoint_memory_budget(16 << 10);
+    std::vector<std::thread> ts;
+    std::atomic<int> ok{0};
+    for (int i = 0; i < 4; ++i)
+        ts.emplace_back([&] {
+            auto l = load_checkpoint(c, o);
+            check_slice(s.get("embed"), find(l, "embed"), 1, 0);
+            EXPECT_LE(l.stats.peak_temp_bytes, 16u << 10);
+            EXPECT_GT(l.stats.peak_temp_bytes, 0u);
+            ++ok;
+        });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(ok.load(), 4);
+    EXPECT_LE(checkpoint_memory_peak(), std::max<std::uint64_t>(saved, 16 << 10));
+    set_checkpoint_memory_budget(saved);
+}
+
+TEST(Checkpoint, ManyPiecesThroughOneOrTwoSlotsUnderASmallBudget) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    std::uint64_t saved = checkpoint_memory_budget();
+    for (std::uint64_t cap : {1024u, 2048u, 4096u}) {
+        set_checkpoint_memory_budget(cap);
+        for (route_choice r : {route_choice::segments, route_choice::span}) {
+            checkpoint_load_options o;
+            o.route = r;
+            o.as = dtype::float64;  // every tensor goes through temporaries, in many pieces
+            o.slices["embed"] = tensor_slice::range(1, 3, 29);
+            o.slices["layer.1.o"] = tensor_slice::split(1, 3, 2);
+            auto l = load_checkpoint(c, o);
+            EXPECT_LE(l.stats.peak_temp_bytes, cap);
+            auto f32 = [](const array& a) { return astype(a, dtype::float32); };
+            check_slice(s.get("embed"), f32(find(l, "embed")), 1, 3);
+            check_slice(s.get("layer.1.o"), f32(find(l, "layer.1.o")), 1, 32);
+            EXPECT_TRUE(same(f32(find(l, "head")), s.get("head")));
+            EXPECT_TRUE(same(f32(find(l, "layer.0.norm")), s.get("layer.0.norm")));
+        }
+    }
+    set_checkpoint_memory_budget(saved);
+}
+
+TEST(Checkpoint, IndexNamingAMissingShard) {
+    sample s;
+    auto j = read_json(s.dir / "model.safetensors.index.json");
+    j["weight_map"]["head"] = "model-00009-of-00009.safetensors";
+    write_json(s.dir / "model.safetensors.index.json", j);
+    try {
+        open_checkpoint(s.dir.path());
+        ADD_FAILURE();
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "head");
+        EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos);
+    }
+}
+
+TEST(Checkpoint, TensorInTwoShardsOrNone) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    // Copy a tensor into another shard: now in two shards.
+    std::string other = c.shards[0].path == c.shards[c.find("head")->shard].path ? c.shards[1].path : c.shards[0].path;
+    auto extra = load_safetensors(other);
+    extra.push_back({"head", s.get("head")});
+    save_safetensors(other, extra);
+    try {
+        open_checkpoint(s.dir.path());
+        ADD_FAILURE();
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "head") << e.what();
+    }
+    // In none: the index lists a tensor no shard holds.
+    sample t;
+    auto j = read_json(t.dir / "model.safetensors.index.json");
+    j["weight_map"]["ghost"] = j["weight_map"]["head"];
+    write_json(t.dir / "model.safetensors.index.json", j);
+    try {
+        open_checkpoint(t.dir.path());
+        ADD_FAILURE();
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "ghost");
+    }
+    // Index and header disagreeing: the index places a tensor in another shard.
+    sample u;
+    auto k = read_json(u.dir / "model.safetensors.index.json");
+    std::string right = k["weight_map"]["head"];
+    std::string wrong = k["weight_map"]["embed"];
+    ASSERT_NE(right, wrong);
+    k["weight_map"]["head"] = wrong;
+    write_json(u.dir / "model.safetensors.index.json", k);
+    try {
+        open_checkpoint(u.dir.path());
+        ADD_FAILURE();
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "head");
+        EXPECT_NE(std::string(e.what()).find(right), std::string::npos) << e.what();
+    }
+}
+
+TEST(Checkpoint, OverlappingOrOutOfFileRangesAreFormatErrors) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    std::size_t k = 0;
+    while (c.shards[k].header.tensors.size() < 2) ++k;
+    const std::string& shard = c.shards[k].path;
+    // Rewrite the shard's header so the second tensor overlaps the first.
+    auto info = c.shards[k].header;
+    ASSERT_GE(info.tensors.size(), 2u);
+    nlohmann::json h;
+    for (const auto& t : info.tensors)
+        h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
+    auto& second = h[info.tensors[1].name]["data_offsets"];
+    second[0] = second[0].get<std::uint64_t>() - 4;
+    second[1] = second[1].get<std::uint64_t>() - 4;
+    std::string text = h.dump();
+    auto bytes = test::read_whole(shard);
+    std::vector<unsigned char> out(8);
+    std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.insert(out.end(), text.begin(), text.end());
+    out.insert(out.end(), bytes.begin() + static_cast<long>(info.data_offset), bytes.end());
+    std::ofstream(shard, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(out.data()), out.size());
+    try {
+        open_checkpoint(s.dir.path());
+        ADD_FAILURE();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.file(), shard);
+    }
+    // Out of the file: truncated.
+    sample t;
+    checkpoint ct = open_checkpoint(t.dir.path());
+    fs::resize_file(ct.shards[1].path, ct.shards[1].file_size - 16);
+    try {
+        open_checkpoint(t.dir.path());
+        ADD_FAILURE();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.file(), ct.shards[1].path);
+    }
+}
+
+TEST(Checkpoint, IoErrorMidLoadSaysWhichTensorsAreComplete) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    // The shard shrinks after its header was read: reads of its tail fail.
+    const checkpoint_shard& last = c.shards.back();
+    fs::resize_file(last.path, last.header.data_offset + 8);
+    try {
+        load_checkpoint(c);
+        ADD_FAILURE();
+    } catch (const checkpoint_io_error& e) {
+        EXPECT_FALSE(e.complete().empty());
+        EXPECT_FALSE(e.incomplete().empty());
+        EXPECT_EQ(e.complete().size() + e.incomplete().size(), 8u);
+        for (const auto& n : e.incomplete()) EXPECT_EQ(c.shards[c.find(n)->shard].path, last.path) << n;
+    }
+}
+
+TEST(Checkpoint, SaveRemovesAnOlderIndexFirstAndWritesItLast) {
+    sample s;
+    auto before = fs::last_write_time(s.dir / "model.safetensors.index.json");
+    // Saving into the same folder again replaces every file; the index is the newest.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto files = save_checkpoint(s.dir.path(), s.all, 10000, {{"note", "x"}});
+    ASSERT_GE(files.size(), 2u);
+    EXPECT_EQ(fs::path(files.back()).filename(), "model.safetensors.index.json");
+    auto idx = fs::last_write_time(files.back());
+    EXPECT_GT(idx, before);
+    for (std::size_t i = 0; i + 1 < files.size(); ++i) EXPECT_LE(fs::last_write_time(files[i]), idx);
+    checkpoint c = open_checkpoint(s.dir.path());
+    EXPECT_EQ(c.metadata.at("note"), "x");
+    EXPECT_EQ(c.shards[0].header.metadata.at("format"), "pt");
+    // No temporary files are left behind.
+    for (const auto& e : fs::directory_iterator(s.dir.path()))
+        EXPECT_TRUE(e.path().extension() == ".safetensors" || e.path().extension() == ".json") << e.path();
+}
+
+TEST(Checkpoint, LoadsIntoTheGpu) {
+    FERRY_REQUIRE_GPU();
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    for (route_choice r : {route_choice::segments, route_choice::span}) {
+        checkpoint_load_options o;
+        o.where = placement::cuda(0);
+        o.route = r;
+        o.slices["layer.0.o"] = tensor_slice::split(1, 2, 1);
+        o.slices["embed"] = tensor_slice::split(0, 2, 1);
+        array dst(dtype::bfloat16, {32, 32}, placement::cuda(0));
+        o.into["layer.1.q"] = dst;
+        auto l = load_checkpoint(c, o);
+        check_slice(s.get("layer.0.o"), find(l, "layer.0.o").copy_to(placement::host()), 1, 24);
+        check_slice(s.get("embed"), find(l, "embed").copy_to(placement::host()), 0, 32);
+        check_slice(astype(astype(s.get("layer.1.q"), dtype::bfloat16), dtype::float32),
+                    astype(dst.copy_to(placement::host()), dtype::float32), 0, 0);
+        EXPECT_TRUE(same(find(l, "head").copy_to(placement::host()), s.get("head")));
+    }
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,89 @@
+// ferry info DIR and ferry load DIR on a sharded checkpoint, run as a user would.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/checkpoint.hpp"
+#include "test_util.hpp"
+
+namespace ferry {
+namespace {
+
+struct result {
+    int status = -1;
+    std::string out;
+};
+
+result run(const std::string& args) {
+    std::string cmd = std::string("'") + FERRY_CLI + "' " + args + " 2>&1";
+    result r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+    int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+std::vector<named_array> sample_tensors() {
+    std::vector<named_array> v;
+    for (int l = 0; l < 3; ++l) {
+        for (const char* n : {"q", "o"}) {
+            array a(dtype::float16, {64, 64});
+            std::memset(a.data(), l + 1, a.nbytes());
+            v.push_back({"layers." + std::to_string(l) + "." + n, a});
+        }
+    }
+    return v;
+}
+
+TEST(cli_checkpoint, info_summarizes_shards_tensors_and_dtypes) {
+    test::temp_dir dir;
+    save_checkpoint(dir.path(), sample_tensors(), 20000);
+    result r = run("info '" + dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("checkpoint, 3 shards, 6 tensors"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("float16"), std::string::npos) << r.out;
+    r = run("info --json '" + dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["shards"].size(), 3u);
+    EXPECT_EQ(j["tensors"].size(), 6u);
+    EXPECT_EQ(j["dtypes"]["float16"]["bytes"], 6 * 64 * 64 * 2);
+    // A single file keeps the single-file output.
+    r = run("info '" + dir.path() + "/model-00001-of-00003.safetensors'");
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("safetensors"), std::string::npos);
+}
+
+TEST(cli_checkpoint, load_with_patterns_and_slices) {
+    test::temp_dir dir;
+    save_checkpoint(dir.path(), sample_tensors(), 20000);
+    result r = run("load --device host --json --tensor 'layers.*' --slice '*.q:0:0/2' --slice 'layers.1.o:1:0:16' '" +
+                   dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["arrays"].size(), 6u);
+    // q: half of each; o: two whole, one read as its enclosing span (63 rows + 16 elements).
+    std::uint64_t expect = 3 * 32 * 64 * 2 + 2 * 64 * 64 * 2 + 63 * 128 + 16 * 2;
+    EXPECT_EQ(j["bytes_read"], expect);
+    for (const auto& a : j["arrays"]) {
+        if (a["name"] == "layers.1.o") {
+            EXPECT_EQ(a["shape"], nlohmann::json({64, 16}));
+            EXPECT_EQ(a["route"], "span");
+        }
+    }
+    r = run("load --device host --slice 'layers.1.o:2:0:1' '" + dir.path() + "'");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("layers.1.o"), std::string::npos) << r.out;
+    r = run("load --device host --slice 'nonsense' '" + dir.path() + "'");
+    EXPECT_NE(r.status, 0);
+}
+
+}  // namespace
+}  // namespace ferry
