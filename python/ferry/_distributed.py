@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import _checkpoint as _ck
+from . import _ferry
 from ._errors import Error, UsageError
 from ._group_plan import DEFAULT_CHUNK_BYTES, Layout, TensorEntry, plan_group
 
@@ -204,7 +205,7 @@ class _Group:
 
 def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = None,
                tensors: Any = None, into: Any = None, strict: bool = True,
-               layout: Layout | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+               layout: Layout | None = None, chunk_bytes: int | None = None,
                timeout: float = 300.0, route: str = "auto", progress: Any = None):
     """Loads a checkpoint on every rank of ``group`` (a torch.distributed process group; None
     means the default group), reading each replicated byte once across the group.
@@ -220,7 +221,9 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
     per rank as planned).
 
     ``layout`` (ferry.Layout) says which node each rank is on and which node's storage holds
-    which file: replicated chunks of a file are then read by that node's ranks. ``timeout``
+    which file: replicated chunks of a file are then read by that node's ranks.
+    ``chunk_bytes`` (default 64 MiB per rank of the group) is the unit of read/broadcast
+    overlap. ``timeout``
     bounds each collective; ``progress(done, total)`` is called after each chunk.
     """
     torch, dist = _torch()
@@ -241,12 +244,14 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
     rules = dict(tp or {})
 
     # 1. open + plan + agreement
-    err, plan, info, digest = None, None, None, 0
+    err, plan, info, digest, opened = None, None, None, 0, None
     try:
+        opened = _ferry.OpenCheckpoint(srcs)  # headers read once for every chunk's reads
         info = _ck.info_checkpoint(srcs)
         chosen = _chosen(srcs, info, tensors)
         entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
-        plan = plan_group(entries, world, sliced=rules, layout=layout, chunk_bytes=chunk_bytes)
+        plan = plan_group(entries, world, sliced=rules, layout=layout,
+                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world)
         digest = _digest(plan, entries) or 1
     except Exception as e:  # reported to every rank by the agreement below
         err = e
@@ -297,14 +302,13 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         mine = [p for p in plan.pieces_of(rank, i) if p.nbytes and p.name in out]
         if not mine:
             return 0
-        views = {p.name: view(p) for p in mine}
-        slices = {p.name: (p.dim, p.start, p.stop) for p in mine
-                  if p.dim >= 0 and (p.start, p.stop) != (0, by_name[p.name].shape[p.dim])}
-        r = _ck.load_checkpoint(srcs, tensors=list(views), slices=slices, into=views,
-                                route=route)
+        into_pairs = [(p.name, _ck._destination(p.name, view(p))) for p in mine]
+        ranges = [(p.name, p.dim, p.start, p.stop) for p in mine
+                  if p.dim >= 0 and (p.start, p.stop) != (0, by_name[p.name].shape[p.dim])]
+        st = opened.load(ranges, into_pairs, route)
         stats["read_seconds"] += time.perf_counter() - t0
-        stats["requests"] += r.stats["requests"]
-        return r.stats["bytes_read"]
+        stats["requests"] += st["requests"]
+        return st["bytes_read"]
 
     sliced_result: dict = {}
 
