@@ -99,12 +99,12 @@ def _entries(info: dict) -> list:
                         t["bytes"]) for t in info["tensors"]]
 
 
-def _digest(plan: Any, entries: list) -> int:
+def _digest(plan: Any, entries: list, loaded: list) -> int:
     h = hashlib.blake2b(digest_size=7)
     for t in sorted(entries, key=lambda t: t.name):
         h.update(repr((t.name, t.dtype, t.shape, t.file.rsplit("/", 1)[-1], t.offset,
                        t.nbytes)).encode())
-    h.update(repr((plan.sliced, plan.read_bytes)).encode())
+    h.update(repr((plan.sliced, plan.read_bytes, loaded)).encode())
     return int.from_bytes(h.digest(), "little")
 
 
@@ -243,8 +243,37 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
     srcs = _ck._sources(src)
     rules = dict(tp or {})
 
-    # 1. open + plan + agreement
-    err, plan, info, digest, opened = None, None, None, 0, None
+    # 1. open + plan + destinations, then one agreement: every rank ready, same plan
+    def destinations(plan: Any, by_name: dict) -> tuple:
+        """The caller's tensors (into=) or fresh ones of the full shape, checked."""
+        targets: dict = {}
+        missing: list = []
+        unexpected: list = []
+        if into is not None:
+            targets = dict(into.state_dict()) if _ck._is_module(into) else dict(into)
+            names = set(plan.sliced) | set(plan.replicated)
+            missing = sorted(k for k in targets if k not in names)
+            unexpected = sorted(n for n in names if n not in targets)
+            if strict and (missing or unexpected):
+                raise UsageError("load_checkpoint(into=...): missing key(s) %s; unexpected key(s) "
+                                 "%s" % (missing[:20], unexpected[:20]))
+        out: dict = {}
+        for name in plan.replicated:
+            e = by_name[name]
+            if into is None:
+                out[name] = torch.empty(e.shape, dtype=_torch_dtype(torch, e.dtype), device=dev)
+            elif name in targets:
+                t = out[name] = targets[name]
+                if (tuple(t.shape) != e.shape or t.dtype != _torch_dtype(torch, e.dtype)
+                        or not t.is_contiguous() or t.device != dev):
+                    raise UsageError("into[%r]: needs a contiguous %s tensor of shape %s on %s, "
+                                     "got %s %s on %s" % (name, e.dtype, e.shape, dev, t.dtype,
+                                                          tuple(t.shape), t.device))
+        return targets, missing, unexpected, out
+
+    err, plan, digest, entries = None, None, 0, []
+    opened = None
+    targets, missing, unexpected, out = {}, [], [], {}
     try:
         opened = _ferry.OpenCheckpoint(srcs)  # headers read once for every chunk's reads
         info = _ck.info_checkpoint(srcs)
@@ -252,37 +281,13 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
         plan = plan_group(entries, world, sliced=rules, layout=layout,
                           chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world)
-        digest = _digest(plan, entries) or 1
+        by_name = {e.name: e for e in entries}
+        targets, missing, unexpected, out = destinations(plan, by_name)
+        loaded = sorted(out) + sorted(n for n in plan.sliced if into is None or n in targets)
+        digest = _digest(plan, entries, loaded) or 1
     except Exception as e:  # reported to every rank by the agreement below
         err = e
     g.agree("open", err, srcs[0] if len(srcs) == 1 else ", ".join(srcs), digest)
-    by_name = {e.name: e for e in entries}
-
-    # Destinations: the caller's (into=) or fresh tensors of the full shape.
-    targets: dict = {}
-    missing: list = []
-    unexpected: list = []
-    if into is not None:
-        targets = dict(into.state_dict()) if _ck._is_module(into) else dict(into)
-        names = set(plan.sliced) | set(plan.replicated)
-        missing = sorted(k for k in targets if k not in names)
-        unexpected = sorted(n for n in names if n not in targets)
-        if strict and (missing or unexpected):
-            raise UsageError("load_checkpoint(into=...): missing key(s) %s; unexpected key(s) %s"
-                             % (missing[:20], unexpected[:20]))
-    out: dict = {}
-    for name in plan.replicated:
-        if into is not None:
-            if name in targets:
-                out[name] = targets[name]
-            continue
-        e = by_name[name]
-        out[name] = torch.empty(e.shape, dtype=_torch_dtype(torch, e.dtype), device=dev)
-    for name, t in out.items():
-        e = by_name[name]
-        if tuple(t.shape) != e.shape or not t.is_contiguous() or t.device != dev:
-            raise UsageError("into[%r]: needs a contiguous tensor of shape %s on %s, got %s on %s"
-                             % (name, e.shape, dev, tuple(t.shape), t.device))
 
     def view(p: Any) -> Any:
         t = out[p.name]

@@ -7,7 +7,7 @@ A fault mode makes this rank fail on purpose, through public interfaces only: ``
 points this rank at a corrupt copy of the checkpoint; ``truncate`` truncates this rank's own
 copy of a shard after the first chunk (a real read failure in the middle of the load);
 ``stall`` sleeps in the progress callback after the first chunk (the others' collectives time
-out).
+out); ``bad-into`` gives this rank a destination of the wrong shape.
 """
 
 import argparse
@@ -100,6 +100,8 @@ def main() -> int:
                   timeout=a.timeout, progress=progress, route="segments")
         if a.into:
             into = {n: torch.zeros_like(t, device=device) for n, t in want.items()}
+            if faulty and a.fault == "bad-into":
+                into["model.norm.weight"] = torch.zeros(3, dtype=torch.float32, device=device)
             r = ferry.load_checkpoint(ckpt, into=into, **kw)
             got, stats = into, r.stats
         else:

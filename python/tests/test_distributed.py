@@ -286,6 +286,14 @@ def test_a_rank_with_a_bad_file_makes_every_rank_raise(tmp_path, ckpt):
     assert elapsed < 60
 
 
+def test_a_rank_with_a_wrong_destination_makes_every_rank_raise(tmp_path, ckpt):
+    results, _ = _run(tmp_path, ckpt, 2, "--into", fault="bad-into", fault_rank=0, timeout=20)
+    for r in results:
+        assert r["error"] == "GroupLoadError", r
+        assert r["failing_rank"] == 0 and r["step"] == "open"
+        assert "model.norm.weight" in r["message"], r["message"]
+
+
 def test_a_rank_failing_mid_load_makes_every_rank_raise(tmp_path, ckpt):
     results, elapsed = _run(tmp_path, ckpt, 3, "--chunk-bytes", "2048", fault="truncate",
                             fault_rank=2, timeout=20)
