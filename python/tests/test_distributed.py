@@ -194,16 +194,16 @@ def ckpt(tmp_path_factory):
     return str(folder)
 
 
-def _run(tmp_path, ckpt, world, *args, fault="", fault_rank=-1, timeout=30,
-         limit=PROCESS_TIMEOUT):
+def _run(tmp_path, ckpt, world, jobs, backend="gloo", limit=PROCESS_TIMEOUT):
+    """Starts `world` ranks running `jobs` in order; results[rank][job]."""
     port = _free_port()
     procs, outs = [], []
     for rank in range(world):
         out = tmp_path / ("rank%d.json" % rank)
         outs.append(out)
         cmd = [sys.executable, WORKER, "--rank", str(rank), "--world", str(world), "--port",
-               str(port), "--ckpt", ckpt, "--out", str(out), "--timeout", str(timeout),
-               "--fault", fault, "--fault-rank", str(fault_rank), *args]
+               str(port), "--ckpt", ckpt, "--out", str(out), "--jobs", json.dumps(jobs),
+               "--backend", backend]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     t0 = time.monotonic()
     logs = []
@@ -216,12 +216,12 @@ def _run(tmp_path, ckpt, world, *args, fault="", fault_rank=-1, timeout=30,
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    elapsed = time.monotonic() - t0
     results = []
     for rank, out in enumerate(outs):
         assert out.exists(), "rank %d wrote no result:\n%s" % (rank, logs[rank][-3000:])
         results.append(json.loads(out.read_text()))
-    return results, elapsed
+        assert len(results[-1]) == len(jobs), (rank, results[-1], logs[rank][-3000:])
+    return results
 
 
 def _file_bytes(ckpt):
@@ -229,11 +229,13 @@ def _file_bytes(ckpt):
     return {t["name"]: t["bytes"] for t in info["tensors"]}
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_replicated_load_reads_every_byte_once_across_the_group(tmp_path, ckpt, world):
-    results, _ = _run(tmp_path, ckpt, world, "--chunk-bytes", "8192")
-    sizes = _file_bytes(ckpt)
+SLICED = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "up_proj.weight",
+          "embed_tokens.weight", "o_proj.weight", "down_proj.weight")
+
+
+def _check_replicated(results, sizes):
     total = sum(sizes.values())
+    world = len(results)
     for r in results:
         assert r["ok"], r
         s = r["stats"]
@@ -249,13 +251,8 @@ def test_replicated_load_reads_every_byte_once_across_the_group(tmp_path, ckpt, 
     assert max(read) - min(read) <= 2 * 96 * 48 * 2  # balanced within about two rows
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_tensor_parallel_ranks_read_only_their_slices(tmp_path, ckpt, world):
-    results, _ = _run(tmp_path, ckpt, world, "--tp", "--chunk-bytes", "4096")
-    sizes = _file_bytes(ckpt)
-    sliced = [n for n in sizes if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                              "up_proj.weight", "embed_tokens.weight",
-                                              "o_proj.weight", "down_proj.weight"))]
+def _check_tp(results, sizes):
+    sliced = [n for n in sizes if n.endswith(SLICED)]
     replicated_total = sum(b for n, b in sizes.items() if n not in sliced)
     rep_read = 0
     for r in results:
@@ -270,50 +267,55 @@ def test_tensor_parallel_ranks_read_only_their_slices(tmp_path, ckpt, world):
     assert sum(r["stats"]["sliced_bytes_read"] for r in results) == sum(sizes[n] for n in sliced)
 
 
-def test_load_into_existing_tensors(tmp_path, ckpt):
-    results, _ = _run(tmp_path, ckpt, 2, "--tp", "--into", "--chunk-bytes", "16384")
-    for r in results:
-        assert r["ok"], r
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_rank_gets_exact_bytes_and_each_byte_is_read_once(tmp_path, ckpt, world):
+    jobs = [{"chunk_bytes": 8192},                          # data parallel: all replicated
+            {"tp": True, "chunk_bytes": 4096},              # tensor parallel + replicated rest
+            {"tp": True, "into": True, "chunk_bytes": 16384}]  # into existing tensors
+    results = _run(tmp_path, ckpt, world, jobs)
+    sizes = _file_bytes(ckpt)
+    _check_replicated([r[0] for r in results], sizes)
+    _check_tp([r[1] for r in results], sizes)
+    _check_tp([r[2] for r in results], sizes)
 
 
-def test_a_rank_with_a_bad_file_makes_every_rank_raise(tmp_path, ckpt):
-    results, elapsed = _run(tmp_path, ckpt, 3, fault="bad-open", fault_rank=1, timeout=20)
-    victim = results[1]["victim"]
-    for r in results:
+def test_a_failing_rank_makes_every_rank_raise_and_the_group_survives(tmp_path, ckpt):
+    jobs = [{"fault": "bad-open", "fault_rank": 1, "timeout": 20},
+            {"into": True, "fault": "bad-into", "fault_rank": 0, "timeout": 20},
+            {"chunk_bytes": 2048, "fault": "truncate", "fault_rank": 2, "timeout": 20},
+            {"tp": True, "chunk_bytes": 4096}]              # the same group loads afterwards
+    t0 = time.monotonic()
+    results = _run(tmp_path, ckpt, 3, jobs)
+    assert time.monotonic() - t0 < PROCESS_TIMEOUT
+    # A corrupt shard on rank 1: every rank raises at the open step, naming rank 1 and the file.
+    victim = results[1][0]["victim"]
+    for r in (rr[0] for rr in results):
         assert r["error"] == "GroupLoadError", r
         assert r["failing_rank"] == 1 and r["step"] == "open"
         assert victim in r["message"], r["message"]
-    assert elapsed < 60
-
-
-def test_a_rank_with_a_wrong_destination_makes_every_rank_raise(tmp_path, ckpt):
-    results, _ = _run(tmp_path, ckpt, 2, "--into", fault="bad-into", fault_rank=0, timeout=20)
-    for r in results:
+    # A destination of the wrong shape on rank 0: named before any byte moves.
+    for r in (rr[1] for rr in results):
         assert r["error"] == "GroupLoadError", r
         assert r["failing_rank"] == 0 and r["step"] == "open"
         assert "model.norm.weight" in r["message"], r["message"]
-
-
-def test_a_rank_failing_mid_load_makes_every_rank_raise(tmp_path, ckpt):
-    results, elapsed = _run(tmp_path, ckpt, 3, "--chunk-bytes", "2048", fault="truncate",
-                            fault_rank=2, timeout=20)
-    victim = results[2]["victim"]
-    for r in results:
+    # Rank 2's shard truncated after the first chunk moved: every rank raises at a later chunk.
+    victim = results[2][2]["victim"]
+    for r in (rr[2] for rr in results):
         assert r["error"] == "GroupLoadError", r
         assert r["failing_rank"] == 2 and r["step"].startswith("chunk ")
-        assert r["step"] != "chunk 0 of %s" % r["step"].split()[-2]   # after a chunk moved
+        assert not r["step"].startswith("chunk 0 "), r["step"]
         assert r["file"] == victim or victim in r["message"], r
-    assert elapsed < 60
+    _check_tp([rr[3] for rr in results], _file_bytes(ckpt))
 
 
 def test_a_stalled_rank_is_reported_as_a_timeout(tmp_path, ckpt):
-    results, elapsed = _run(tmp_path, ckpt, 2, "--chunk-bytes", "2048", fault="stall",
-                            fault_rank=1, timeout=3, limit=60)
-    r0 = results[0]
+    results = _run(tmp_path, ckpt, 2, [{"chunk_bytes": 2048, "fault": "stall", "fault_rank": 1,
+                                        "timeout": 3}], limit=60)
+    r0 = results[0][0]
     assert r0["error"] == "GroupTimeoutError" and r0["timeout"], r0
     assert r0["seconds"] < 30
     # The stalled rank, once it wakes, finds its peer gone and raises too (never hangs).
-    assert results[1].get("error"), results[1]
+    assert results[1][0].get("error"), results[1][0]
 
 
 def test_group_options_need_a_group(ckpt):
@@ -328,9 +330,10 @@ def test_world_size_one_over_nccl(tmp_path, ckpt):
         pytest.skip(GPU_REASON)
     if not torch.cuda.is_available() or not torch.distributed.is_nccl_available():
         pytest.skip("torch has no CUDA or no NCCL here")
-    for args in ((), ("--tp",)):
-        results, _ = _run(tmp_path, ckpt, 1, "--backend", "nccl", "--chunk-bytes", "8192", *args)
-        r = results[0]
+    results = _run(tmp_path, ckpt, 1, [{"chunk_bytes": 8192}, {"tp": True, "chunk_bytes": 4096},
+                                       {"tp": True, "into": True}], backend="nccl")
+    for r in results[0]:
         assert r["ok"], r
         assert r["stats"]["backend"] == "nccl"
         assert r["stats"]["bytes_received"] == 0
+        assert r["stats"]["bytes_read"] == sum(r["want_bytes"].values())
