@@ -255,7 +255,10 @@ def _instanttensor(torch, dist, files, timed, world, total):
         from instanttensor import safe_open
     except Exception as e:
         return {"skipped": "InstantTensor is not importable: %s" % e}
-    params = inspect.signature(safe_open).parameters
+    try:
+        params = inspect.signature(safe_open).parameters
+    except (TypeError, ValueError) as e:  # a compiled function may carry no signature
+        return {"skipped": "cannot inspect instanttensor.safe_open: %s" % e}
     key = next((p for p in params if "group" in p), None)
     if key is None:
         return {"skipped": "instanttensor.safe_open takes no process group (parameters: %s)" %
