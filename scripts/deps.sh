@@ -48,6 +48,10 @@ python3 -c "import zarr, numcodecs, google_crc32c; assert int(zarr.__version__.s
 python3 -c "import moto.server, flask, flask_cors" 2>/dev/null || python3 -m pip install -q "moto[server]"
 # huggingface_hub writes the sharded checkpoints (index + shards) the checkpoint tests load.
 python3 -c "import huggingface_hub" 2>/dev/null || python3 -m pip install -q huggingface_hub
+# torch.distributed (gloo between processes on 127.0.0.1) runs the distributed-load tests, and
+# huggingface_hub's save_torch_state_dict writes their checkpoint. Large: one pip call, only
+# when it is missing.
+python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1

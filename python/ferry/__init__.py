@@ -29,6 +29,8 @@ from ._checkpoint import (
     split,
     tensor_parallel,
 )
+from ._distributed import GroupLoadError, GroupTimeoutError
+from ._group_plan import Layout
 from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
 from ._errors import (
     CheckpointError,
@@ -71,6 +73,9 @@ __all__ = [
     "CheckpointIOError",
     "CheckpointTensors",
     "ChunkError",
+    "GroupLoadError",
+    "GroupTimeoutError",
+    "Layout",
     "LoadResult",
     "Split",
     "checkpoint_memory_budget",

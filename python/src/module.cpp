@@ -252,6 +252,10 @@ void bind_runtime(nb::module_& m) {
 
 }  // namespace ferry::python
 
+namespace ferry::python {
+void bind_distributed(nb::module_& m);  // distributed.cpp
+}  // namespace ferry::python
+
 NB_MODULE(_ferry, m) {
     m.doc() = "ferry's native layer: libferry bound with nanobind. Use the ferry package.";
     ferry::python::bind_errors(m);
@@ -259,5 +263,6 @@ NB_MODULE(_ferry, m) {
     ferry::python::bind_file(m);
     ferry::python::bind_formats(m);
     ferry::python::bind_checkpoint(m);
+    ferry::python::bind_distributed(m);
     ferry::python::bind_runtime(m);
 }

@@ -1,0 +1,421 @@
+"""Distributed checkpoint loads over a torch.distributed process group: each rank reads only
+its tensor-parallel slices and its share of the replicated tensors, and broadcasts complete the
+replicated tensors on every rank. See docs/design/distributed.md.
+
+The steps of one load, on every rank of the group:
+
+1. open the checkpoint headers and compute the group plan (ferry._group_plan, a pure
+   function: every rank gets the same plan); an agreement step (one all_reduce) checks that
+   every rank opened it and planned the same thing;
+2. a reader thread reads chunk i+1 of the replicated bytes (this rank's pieces only, through
+   load_checkpoint's dim slices into the final tensors) while the main thread runs chunk i's
+   agreement and broadcasts (overlap); the sliced tensors are read last, behind the last
+   broadcasts;
+3. before each chunk's broadcasts, an all_reduce of every rank's status: if one rank failed to
+   read, every rank raises GroupLoadError naming that rank and the file instead of waiting in a
+   broadcast that will never come. A collective that does not finish in ``timeout`` raises
+   GroupTimeoutError.
+
+NCCL moves GPU tensors, gloo host tensors: whichever backend the group has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from . import _checkpoint as _ck
+from . import _ferry
+from ._errors import Error, UsageError
+from ._group_plan import DEFAULT_CHUNK_BYTES, Layout, TensorEntry, plan_group
+
+
+class GroupLoadError(Error, RuntimeError):
+    """A distributed load failed on some rank; raised on every rank of the group.
+
+    ``rank`` is the failing rank (None when unknown), ``file`` the file it was reading,
+    ``reason`` what it raised, ``failed_ranks`` every rank that reported a failure, ``step``
+    the step ("open", "chunk 3", "slices")."""
+
+    def __init__(self, message: str, *, rank: int | None = None, file: str | None = None,
+                 reason: str = "", failed_ranks: tuple = (), step: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.file = file
+        self.reason = reason
+        self.failed_ranks = tuple(failed_ranks)
+        self.step = step
+
+
+class GroupTimeoutError(GroupLoadError, TimeoutError):
+    """A collective of a distributed load did not complete within the timeout (a rank stalled
+    or died)."""
+
+
+def _torch():
+    import torch
+    import torch.distributed as dist
+
+    return torch, dist
+
+
+def _torch_dtype(torch: Any, name: str):
+    dt = getattr(torch, name, None)
+    if dt is None or not isinstance(dt, torch.dtype):
+        raise UsageError("dtype %s has no torch equivalent" % name)
+    return dt
+
+
+def _rule_for(name: str, rules: Mapping) -> Any:
+    """The slice rule the loader applies to ``name``: by exact name, else the first glob."""
+    if name in rules:
+        return rules[name]
+    import fnmatch
+    return next(r for p, r in rules.items() if fnmatch.fnmatchcase(name, p))
+
+
+def _slice_shape(shape: tuple, rule: Any) -> tuple:
+    """The shape of ``rule`` (ferry.split(...) or (dim, start, stop)) applied to ``shape``."""
+    if isinstance(rule, _ck.Split):
+        dim, parts, part = rule
+        dim = dim % len(shape)
+        n = shape[dim]
+        size = (part + 1) * n // parts - part * n // parts
+    else:
+        dim, start, stop = rule
+        dim = dim % len(shape)
+        size = stop - start
+    return shape[:dim] + (size,) + shape[dim + 1:]
+
+
+def _entries(info: dict) -> list:
+    paths = [s["path"] for s in info["shards"]]
+    return [TensorEntry(t["name"], t["dtype"], tuple(t["shape"]), paths[t["shard"]], t["offset"],
+                        t["bytes"]) for t in info["tensors"]]
+
+
+def _digest(plan: Any, entries: list, loaded: list) -> int:
+    h = hashlib.blake2b(digest_size=7)
+    for t in sorted(entries, key=lambda t: t.name):
+        h.update(repr((t.name, t.dtype, t.shape, t.file.rsplit("/", 1)[-1], t.offset,
+                       t.nbytes)).encode())
+    h.update(repr((plan.sliced, plan.read_bytes, loaded)).encode())
+    return int.from_bytes(h.digest(), "little")
+
+
+def _chosen(srcs: list, info: dict, tensors: Any) -> set | None:
+    if tensors is None:
+        return None
+    kind, patterns = _ck._selection(srcs, tensors)
+    names = [t["name"] for t in info["tensors"]]
+    if kind == "names":
+        return set(patterns)
+    if kind == "glob":
+        import fnmatch
+        return {n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+    if kind == "regex":
+        import re
+        return {n for n in names if any(re.search(p, n) for p in patterns)}
+    return None
+
+
+class _Group:
+    """The collectives of one load on one process group, each bounded by ``timeout``."""
+
+    def __init__(self, torch: Any, dist: Any, group: Any, device: Any, timeout: float) -> None:
+        self.torch, self.dist, self.group = torch, dist, group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.backend = str(dist.get_backend(group)).lower()
+        self.device = device
+        self.timeout = timeout
+        self.collective_seconds = 0.0
+
+    def global_rank(self, r: int) -> int:
+        return self.dist.get_global_rank(self.group, r) if self.group is not None else r
+
+    def wait(self, work: Any, step: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            ok = work.wait(timedelta(seconds=self.timeout))
+        except Exception as e:  # gloo and NCCL report timeouts and dead peers as RuntimeError
+            raise self._collective_error(e, step) from e
+        finally:
+            self.collective_seconds += time.perf_counter() - t0
+        if ok is False:
+            raise GroupTimeoutError(
+                "distributed load: %s did not complete within %.1f s on rank %d" %
+                (step, self.timeout, self.rank), step=step)
+
+    def _collective_error(self, e: BaseException, step: str) -> GroupLoadError:
+        text = str(e)
+        if "timed out" in text.lower() or "timeout" in text.lower():
+            return GroupTimeoutError(
+                "distributed load: %s timed out after %.1f s on rank %d (a rank stalled or "
+                "died): %s" % (step, self.timeout, self.rank, text.splitlines()[0] if text else ""),
+                reason=text, step=step)
+        return GroupLoadError("distributed load: %s failed on rank %d: %s" %
+                              (step, self.rank, text.splitlines()[0] if text else type(e).__name__),
+                              reason=text, step=step)
+
+    def agree(self, step: str, error: BaseException | None, file: str | None,
+              digest: int = 0) -> None:
+        """Every rank's status (and plan digest): raises the same GroupLoadError on every rank
+        when one failed, before any rank enters the step's data collectives."""
+        torch = self.torch
+        v = torch.zeros(2 * self.world, dtype=torch.int64, device=self.device)
+        v[self.rank] = 1 if error is not None else 0
+        v[self.world + self.rank] = digest
+        self.wait(self.dist.all_reduce(v, group=self.group, async_op=True), step + " (agreement)")
+        status = v.tolist()
+        failed = tuple(r for r in range(self.world) if status[r])
+        if failed:
+            src = failed[0]
+            payload = [None]
+            if self.rank == src:
+                fname = getattr(error, "filename", None) or file
+                payload = [(fname, "%s: %s" % (type(error).__name__, error))]
+            try:
+                self.dist.broadcast_object_list(payload, src=self.global_rank(src),
+                                                group=self.group)
+            except Exception as e:
+                raise self._collective_error(e, step + " (error report)") from e
+            fname, reason = payload[0]
+            err = GroupLoadError(
+                "distributed load: rank %d failed at %s%s: %s%s" %
+                (src, step, (" reading %s" % fname) if fname else "", reason,
+                 ("; ranks %s failed" % list(failed)) if len(failed) > 1 else ""),
+                rank=src, file=fname, reason=reason, failed_ranks=failed, step=step)
+            if error is not None and self.rank == src:
+                raise err from error
+            raise err
+        digests = status[self.world:]
+        if digest and any(d != digests[0] for d in digests):
+            odd = [r for r in range(self.world) if digests[r] != digests[0]]
+            raise GroupLoadError(
+                "distributed load: ranks %s see a different checkpoint or plan than rank 0 "
+                "(headers, files or tensor-parallel rules differ)" % odd,
+                rank=odd[0], failed_ranks=tuple(odd), step=step)
+
+
+def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = None,
+               tensors: Any = None, into: Any = None, strict: bool = True,
+               layout: Layout | None = None, chunk_bytes: int | None = None,
+               timeout: float = 300.0, route: str = "auto", progress: Any = None):
+    """Loads a checkpoint on every rank of ``group`` (a torch.distributed process group; None
+    means the default group), reading each replicated byte once across the group.
+
+    ``tp`` holds the tensor-parallel rules of this rank (``ferry.tensor_parallel(rank, world,
+    column=..., row=...)``, or any ``slices=`` mapping): the tensors it matches are *sliced*,
+    each rank reading only its own slice; every other selected tensor is *replicated*. Returns
+    what :func:`ferry.load_checkpoint` returns, with torch tensors on ``device`` (default: the
+    current CUDA device for an NCCL group, host memory for gloo), and ``stats`` per rank:
+    ``bytes_read`` (file bytes this rank read), ``replicated_bytes_read``,
+    ``sliced_bytes_read``, ``bytes_received`` and ``bytes_sent`` (by broadcast), ``seconds``,
+    ``read_seconds``, ``collective_seconds``, ``chunks``, ``plan_read_bytes`` (replicated bytes
+    per rank as planned).
+
+    ``layout`` (ferry.Layout) says which node each rank is on and which node's storage holds
+    which file: replicated chunks of a file are then read by that node's ranks.
+    ``chunk_bytes`` (default 64 MiB per rank of the group) is the unit of read/broadcast
+    overlap. ``timeout``
+    bounds each collective; ``progress(done, total)`` is called after each chunk.
+    """
+    torch, dist = _torch()
+    if not dist.is_available() or not dist.is_initialized():
+        raise UsageError("load_checkpoint(group=...): torch.distributed is not initialized")
+    t_start = time.perf_counter()
+    backend = str(dist.get_backend(group)).lower()
+    if device is None:
+        device = ("cuda:%d" % torch.cuda.current_device()) if backend == "nccl" else "cpu"
+    dev = torch.device(device)
+    if backend == "nccl" and dev.type != "cuda":
+        raise UsageError("an NCCL group moves GPU tensors: use device='cuda:N' (gloo for host)")
+    if backend == "gloo" and dev.type == "cuda":
+        raise UsageError("a gloo group moves host tensors here: use an NCCL group for the GPU")
+    g = _Group(torch, dist, group, dev, float(timeout))
+    rank, world = g.rank, g.world
+    srcs = _ck._sources(src)
+    rules = dict(tp or {})
+
+    # 1. open + plan + destinations, then one agreement: every rank ready, same plan
+    def destinations(plan: Any, by_name: dict) -> tuple:
+        """The caller's tensors (into=) or fresh ones of the full shape, checked."""
+        targets: dict = {}
+        missing: list = []
+        unexpected: list = []
+        if into is not None:
+            targets = dict(into.state_dict()) if _ck._is_module(into) else dict(into)
+            names = set(plan.sliced) | set(plan.replicated)
+            missing = sorted(k for k in targets if k not in names)
+            unexpected = sorted(n for n in names if n not in targets)
+            if strict and (missing or unexpected):
+                raise UsageError("load_checkpoint(into=...): missing key(s) %s; unexpected key(s) "
+                                 "%s" % (missing[:20], unexpected[:20]))
+        out: dict = {}
+        for name in plan.replicated:
+            e = by_name[name]
+            if into is None:
+                out[name] = torch.empty(e.shape, dtype=_torch_dtype(torch, e.dtype), device=dev)
+            elif name in targets:
+                t = out[name] = targets[name]
+                if (tuple(t.shape) != e.shape or t.dtype != _torch_dtype(torch, e.dtype)
+                        or not t.is_contiguous() or t.device != dev):
+                    raise UsageError("into[%r]: needs a contiguous %s tensor of shape %s on %s, "
+                                     "got %s %s on %s" % (name, e.dtype, e.shape, dev, t.dtype,
+                                                          tuple(t.shape), t.device))
+        return targets, missing, unexpected, out
+
+    err, plan, digest, entries = None, None, 0, []
+    opened = None
+    targets, missing, unexpected, out = {}, [], [], {}
+    try:
+        opened = _ferry.OpenCheckpoint(srcs)  # headers read once for every chunk's reads
+        info = _ck.info_checkpoint(srcs)
+        chosen = _chosen(srcs, info, tensors)
+        entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
+        plan = plan_group(entries, world, sliced=rules, layout=layout,
+                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world)
+        by_name = {e.name: e for e in entries}
+        targets, missing, unexpected, out = destinations(plan, by_name)
+        loaded = sorted(out) + sorted(n for n in plan.sliced if into is None or n in targets)
+        digest = _digest(plan, entries, loaded) or 1
+    except Exception as e:  # reported to every rank by the agreement below
+        err = e
+    g.agree("open", err, srcs[0] if len(srcs) == 1 else ", ".join(srcs), digest)
+
+    def view(p: Any) -> Any:
+        t = out[p.name]
+        return t.narrow(p.dim, p.start, p.stop - p.start) if p.dim >= 0 else t
+
+    stats = {"rank": rank, "world": world, "backend": backend, "bytes_read": 0,
+             "replicated_bytes_read": 0, "sliced_bytes_read": 0, "bytes_received": 0,
+             "bytes_sent": 0, "read_seconds": 0.0, "requests": 0, "chunks": len(plan.chunks),
+             "plan_read_bytes": list(plan.read_bytes),
+             "replicated_bytes": plan.replicated_bytes}
+    stop = threading.Event()
+
+    def read_chunk(i: int) -> int:
+        if stop.is_set():
+            return 0
+        t0 = time.perf_counter()
+        mine = [p for p in plan.pieces_of(rank, i) if p.nbytes and p.name in out]
+        if not mine:
+            return 0
+        into_pairs = [(p.name, _ck._destination(p.name, view(p))) for p in mine]
+        ranges = [(p.name, p.dim, p.start, p.stop) for p in mine
+                  if p.dim >= 0 and (p.start, p.stop) != (0, by_name[p.name].shape[p.dim])]
+        st = opened.load(ranges, into_pairs, route)
+        stats["read_seconds"] += time.perf_counter() - t0
+        stats["requests"] += st["requests"]
+        return st["bytes_read"]
+
+    sliced_result: dict = {}
+
+    def read_slices() -> int:
+        if stop.is_set():
+            return 0
+        names = [n for n in plan.sliced if into is None or n in targets]
+        if not names:
+            return 0
+        t0 = time.perf_counter()
+        if into is not None:
+            dest = {n: targets[n] for n in names}
+        else:  # fresh torch tensors of the slice shapes, filled in place
+            dest = {n: torch.empty(_slice_shape(by_name[n].shape, _rule_for(n, rules)),
+                                   dtype=_torch_dtype(torch, by_name[n].dtype), device=dev)
+                    for n in names}
+            sliced_result.update(dest)
+        st = _ck.load_checkpoint(srcs, tensors=names, slices=rules, into=dest, route=route).stats
+        stats["read_seconds"] += time.perf_counter() - t0
+        stats["requests"] += st["requests"]
+        return st["bytes_read"]
+
+    # 2-3. reads one chunk ahead of the broadcasts, an agreement before each chunk's broadcasts
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-group-read")
+    n = len(plan.chunks)
+    futures = [pool.submit(read_chunk, 0)] if n else []
+    slices_future = None if n else pool.submit(read_slices)
+    pending: list = []
+    done_bytes = 0
+    try:
+        for i, chunk in enumerate(plan.chunks):
+            step = "chunk %d of %d (%s)" % (i, n, chunk.file)
+            err = None
+            try:
+                got = futures[i].result()
+                stats["bytes_read"] += got
+                stats["replicated_bytes_read"] += got
+            except Exception as e:
+                err = e
+            if err is None:  # read ahead: the next chunk (or the slices) while this one moves
+                if i + 1 < n:
+                    futures.append(pool.submit(read_chunk, i + 1))
+                else:
+                    slices_future = pool.submit(read_slices)
+            g.agree(step, err, chunk.file)
+            prev, pending = pending, []
+            for p in chunk.pieces:
+                if not p.nbytes or p.name not in out:
+                    continue
+                buf = view(p).reshape(-1).view(torch.uint8)
+                pending.append(dist.broadcast(buf, src=g.global_rank(p.reader), group=group,
+                                              async_op=True))
+                if p.reader == rank:
+                    stats["bytes_sent"] += p.nbytes
+                else:
+                    stats["bytes_received"] += p.nbytes
+            for w in prev:  # at most two chunks' broadcasts in flight
+                g.wait(w, "broadcast of chunk %d" % (i - 1))
+            done_bytes += chunk.nbytes
+            if progress is not None:
+                progress(done_bytes, plan.replicated_bytes)
+        err = None
+        try:
+            got = slices_future.result() if slices_future is not None else 0
+            stats["bytes_read"] += got
+            stats["sliced_bytes_read"] += got
+        except Exception as e:
+            err = e
+        g.agree("slices", err, None)
+        for w in pending:
+            g.wait(w, "broadcast of chunk %d" % (n - 1))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+    stats["collective_seconds"] = g.collective_seconds
+    stats["seconds"] = time.perf_counter() - t_start
+    if into is not None:
+        return _ck.LoadResult(missing, unexpected, stats)
+    result = _ck.CheckpointTensors(sorted({**out, **sliced_result}.items()))
+    result.stats = stats
+    return result
+
+
+def load_group_call(src: Any, *, group: Any, tp: Any, like: Any, slices: Any, dtype: Any,
+                    **kw: Any):
+    """load_checkpoint(group=...): the arguments a group load does not take are refused here."""
+    if group is None:
+        raise UsageError("tp=, layout=, chunk_bytes= and timeout= are options of a group load: "
+                         "pass group= (a torch.distributed process group)")
+    unknown = set(kw) - {"device", "tensors", "into", "strict", "progress", "route", "layout",
+                         "chunk_bytes", "timeout"}
+    if unknown:
+        raise UsageError("load_checkpoint(group=...): unknown option(s) %s" % sorted(unknown))
+    if slices:
+        raise UsageError("load_checkpoint(group=...): give the slices as tp= (this rank's rules)")
+    if dtype is not None:
+        raise UsageError("load_checkpoint(group=...): dtype= conversion is not supported yet")
+    if like not in (None, "torch") and getattr(like, "__module__", "").split(".")[0] != "torch":
+        raise UsageError("load_checkpoint(group=...) returns torch tensors: like= must be torch")
+    return load_group(src, group=group, tp=tp, **kw)
+
+
+__all__ = ["GroupLoadError", "GroupTimeoutError", "Layout", "load_group"]

@@ -1,0 +1,65 @@
+#include "shim/nccl.hpp"
+
+#include <dlfcn.h>
+
+namespace ferry::shim {
+namespace {
+
+template <class F>
+bool bind(void* lib, const char* name, F& fn, std::string& error) {
+    fn = reinterpret_cast<F>(::dlsym(lib, name));
+    if (!fn) {
+        error = std::string("symbol ") + name + " missing";
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+nccl_state load_nccl(const std::string& library, nccl_api& api) {
+    nccl_state s;
+    api = {};
+    void* lib = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* e = ::dlerror();
+        s.load_error = e ? e : ("cannot load " + library);
+        return s;
+    }
+    std::string err;
+    bool ok = bind(lib, "ncclGetVersion", api.get_version, err) &&
+              bind(lib, "ncclGetErrorString", api.get_error_string, err) &&
+              bind(lib, "ncclCommCount", api.comm_count, err) &&
+              bind(lib, "ncclCommUserRank", api.comm_user_rank, err) &&
+              bind(lib, "ncclBroadcast", api.broadcast, err) &&
+              bind(lib, "ncclAllReduce", api.all_reduce, err) &&
+              bind(lib, "ncclGroupStart", api.group_start, err) &&
+              bind(lib, "ncclGroupEnd", api.group_end, err) &&
+              bind(lib, "ncclCommGetAsyncError", api.comm_get_async_error, err) &&
+              bind(lib, "ncclCommAbort", api.comm_abort, err);
+    if (!ok) {
+        api = {};
+        s.load_error = library + ": " + err;
+        return s;  // stays loaded: a communicator of the caller's may live in it
+    }
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(api.get_version), &info) && info.dli_fname)
+        s.library_path = info.dli_fname;
+    else
+        s.library_path = library;
+    int v = 0;
+    if (api.get_version(&v) == nccl_success) s.version = v;
+    s.loaded = true;
+    return s;
+}
+
+const nccl_library& nccl() {
+    static const nccl_library lib = [] {
+        nccl_library l;
+        l.state = load_nccl("libnccl.so.2", l.api);
+        return l;
+    }();
+    return lib;
+}
+
+}  // namespace ferry::shim
