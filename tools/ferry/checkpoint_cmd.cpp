@@ -61,6 +61,9 @@ std::pair<std::string, tensor_slice> parse_slice(const std::string& spec) {
 }  // namespace
 
 bool is_checkpoint_source(const std::string& path) {
+    // A URL names one object: its query string ('?') is no glob, and checkpoints are read from
+    // local folders, index files and globs.
+    if (path.find("://") != std::string::npos) return false;
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) return true;
     if (path.ends_with(".index.json")) return true;
