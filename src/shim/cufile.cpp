@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -68,8 +69,16 @@ void keep_log_out_of_working_directory() {
         while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
         std::fclose(f);
     }
-    // A plain search is enough to leave a configured directory alone.
-    if (text.find("\"dir\"") != std::string::npos) return;
+    // A configured logging directory is left alone. cufile.json allows // comments, and the
+    // shipped one names "dir" in a comment: look at what each line holds before any comment.
+    for (std::size_t pos = 0; pos < text.size();) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        std::string_view line(text.data() + pos, end - pos);
+        line = line.substr(0, line.find("//"));
+        if (line.find("\"dir\"") != std::string_view::npos) return;
+        pos = end + 1;
+    }
     const char* tmp = std::getenv("TMPDIR");
     std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/cufile-" + std::to_string(::getuid()) + ".log";
     ::setenv("CUFILE_LOGFILE_PATH", path.c_str(), 0);
