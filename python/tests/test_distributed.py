@@ -333,7 +333,7 @@ def test_world_size_one_over_nccl(tmp_path, ckpt):
     results = _run(tmp_path, ckpt, 1, [{"chunk_bytes": 8192}, {"tp": True, "chunk_bytes": 4096},
                                        {"tp": True, "into": True}], backend="nccl")
     for r in results[0]:
-        assert r["ok"], r
+        assert r["ok"], "%s at %s: %s" % (r.get("error"), r.get("step"), r.get("message"))
         assert r["stats"]["backend"] == "nccl"
         assert r["stats"]["bytes_received"] == 0
         assert r["stats"]["bytes_read"] == sum(r["want_bytes"].values())

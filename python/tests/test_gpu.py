@@ -97,8 +97,11 @@ def test_like_torch(torch, data, tmp_path):
     for k, v in tensors.items():
         assert back[k].dtype == v.dtype and back[k].is_cuda
         assert torch.equal(back[k], v)
-    conv = ferry.load(st, device="cuda", like="torch", dtype="float16")
+    # float32 -> float16 converts, integers stay; bfloat16 -> float16 is no supported pair.
+    conv = ferry.load(st, device="cuda", like="torch", dtype="float16", names=["w", "b"])
     assert conv["w"].dtype == torch.float16 and conv["b"].dtype == torch.int64
+    with pytest.raises(ferry.UsageError, match="bfloat16 to float16"):
+        ferry.load(st, device="cuda", like="torch", dtype="float16")
 
 
 def test_torch_reference_safetensors(torch, tmp_path):

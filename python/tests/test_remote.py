@@ -15,7 +15,10 @@ import pytest
 
 import ferry
 
-NGINX = next((p for p in ("/usr/sbin/nginx", "/usr/bin/nginx") if os.path.exists(p)), None)
+# NGINX_ROOT: unpacked nginx packages (as the C++ tests take them), else the system's nginx.
+NGINX = next((p for p in ([os.path.join(os.environ["NGINX_ROOT"], "usr/sbin/nginx")]
+                          if os.environ.get("NGINX_ROOT") else []) + ["/usr/sbin/nginx", "/usr/bin/nginx"]
+              if os.path.exists(p)), None)
 
 
 def _free_port():
