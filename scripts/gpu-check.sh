@@ -152,7 +152,7 @@ if [ "$what" = peers ]; then
   for p in ${PEERS:-checkpoint zarr remote}; do
     case $p in
       checkpoint) peer checkpoint python3 bench/checkpoint_bench.py --dir $TMPDIR/ckpt --size "${CKPT_SIZE:-4.6G}" \
-                    --json "$out/checkpoint.json" ;;
+                    --repeat "${CKPT_REPEAT:-3}" --json "$out/checkpoint.json" ;;
       zarr) peer zarr python3 bench/zarr_bench.py --dir $TMPDIR/zarr --size "${ZARR_SIZE:-4G}" --json "$out/zarr.json" ;;
       remote) peer remote env BUILD=$build SIZE="${REMOTE_SIZE:-8G}" WORK=$TMPDIR/remote bench/remote_bench.sh ;;
     esac
@@ -163,8 +163,9 @@ if [ "$what" = ab ]; then
   udev_fix >/dev/null
   [ -d "${BEFORE_SRC:-}" ] || { echo "ab: BEFORE_SRC must name the source tree of the engine to compare with" >&2; exit 2; }
   echo "\$ bench/engine_ab.sh $BEFORE_SRC" | tee "$out/engine_ab.txt"
-  timeout "${AB_TIMEOUT:-500}" bench/engine_ab.sh "$BEFORE_SRC" 2>&1 | tee -a "$out/engine_ab.txt" | grep -E '^\||^==' 
-  note "engine A/B: rc ${PIPESTATUS[0]}"
+  timeout "${AB_TIMEOUT:-500}" bench/engine_ab.sh "$BEFORE_SRC" >>"$out/engine_ab.txt" 2>&1
+  note "engine A/B: rc $?"
+  tail -5 "$out/engine_ab.txt"
 fi
 
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
