@@ -61,8 +61,12 @@ cat "$obj" > /dev/null  # into the page cache: the bench measures the network pa
 
 port=$($PYTHON -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 workers=$(( $(nproc) < 16 ? $(nproc) : 16 ))
+# Started as root, nginx runs its workers as nobody, who cannot reach a work folder under /root.
+user_line=""
+[ "$(id -u)" = 0 ] && user_line="user root;"
 cat > "$WORK/prefix/nginx.conf" <<CONF
 daemon off;
+$user_line
 worker_processes $workers;
 error_log $WORK/prefix/logs/error.log warn;
 pid $WORK/prefix/nginx.pid;
