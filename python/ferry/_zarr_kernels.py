@@ -8,7 +8,9 @@ GPU pieces:
 - zstd and gzip: nvCOMP's batched decoders (PyPI ``nvidia-nvcomp-cu13``, module
   ``nvidia.nvcomp``, imported on first use, RAW bitstreams: the standard zstd frame and gzip
   member formats that numcodecs writes). Without nvCOMP, or for a chunk nvCOMP refuses, ferry
-  decodes on the host instead: said once as a warning, and counted in ``stats()``.
+  decodes on the host instead: said once as a warning, and counted in ``stats()``. Every
+  chunk's frame is checked first (_zarr_frames: one kernel, a thread per chunk), since nvCOMP
+  assumes well-formed input; a chunk that fails is decoded on the host, never by nvCOMP.
 - crc32c: a two-kernel CRC (each 4 KiB segment of every chunk on its own thread, then one thread
   per chunk folds the segment CRCs with a precomputed "advance by 4 KiB of zeros" operator), so a
   16 MiB chunk uses 4096 threads instead of one.
@@ -27,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _zarr_frames as frames
 from ._errors import ChunkError
 
 
@@ -249,16 +252,39 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
             )
         return result
     src = aligned(batch, 16)
+    # nvCOMP assumes well-formed frames: a chunk whose framing does not check out never
+    # reaches it, but is decoded on the host (a ChunkError naming it if it is corrupt).
+    status = frame_status(name, src, size)
+    for i in np.nonzero(status)[0].tolist():
+        host = _decode_host(name, src.view(i).get(), size, batch.key_of(i))
+        fallback(
+            "a %s chunk's frame is not one the GPU decoder is given (%s)"
+            % (name, frames.REASONS[int(status[i])])
+        )
+        o = int(offsets[i])
+        out[o : o + size] = cupy.asarray(host)
+    good = np.nonzero(status == 0)[0]
+    if good.size == 0:
+        return result
     stream = _enter_nvcomp_stream()
     try:
         try:
-            _nvcomp_decode(name, src.block, src.offsets, src.sizes, out, offsets, size, stream)
+            _nvcomp_decode(
+                name,
+                src.block,
+                src.offsets[good],
+                src.sizes[good],
+                out,
+                offsets[good],
+                size,
+                stream,
+            )
             return result
         except Exception:
             pass
         # One chunk spoiled the batch: decode them one by one to name it, falling back to the
         # host for chunks that nvCOMP refuses but the host decodes (counted).
-        for i in range(n):
+        for i in good.tolist():
             try:
                 _nvcomp_decode(
                     name,
@@ -280,6 +306,46 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
         return result
     finally:
         _leave_nvcomp_stream()
+
+
+def frame_status(name: str, batch: Batch, size: int) -> np.ndarray:
+    """The framing check of _zarr_frames for every chunk of the batch, each to decode to
+    `size` bytes: an int32 numpy array, 0 where the chunk may go to nvCOMP. On the GPU one
+    kernel (a thread per chunk) reads the chunks where they lie; on the host, or where the
+    kernel does not compile, the Python reference does (on host copies)."""
+    n = len(batch)
+    if batch.on_gpu and n:
+        import cupy
+
+        try:
+            kernel = _kernels().get_function("ferry_frame_check")
+        except Exception as e:  # no NVRTC to compile the kernel
+            fallback(
+                "the frame-check kernel does not compile here (%s)" % str(e).splitlines()[0][:120],
+                n,
+            )
+        else:
+            where = cupy.asarray(np.concatenate((batch.offsets, batch.sizes)).astype(np.int64))
+            status = cupy.empty(n, dtype=cupy.int32)
+            threads = 128
+            kernel(
+                ((n + threads - 1) // threads,),
+                (threads,),
+                (
+                    batch.block,
+                    where,
+                    np.int64(n),
+                    np.int64(size),
+                    np.int32(frames.CODECS[name]),
+                    status,
+                ),
+            )
+            return np.asarray(status.get(), dtype=np.int32)
+    out = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        v = batch.view(i)
+        out[i] = frames.check(name, v.get() if batch.on_gpu else v, size)
+    return out
 
 
 _streams: dict[tuple[int, int], Any] = {}
@@ -570,7 +636,7 @@ def _kernels() -> Any:
     if _module is None:
         import cupy
 
-        _module = cupy.RawModule(code=_KERNELS)
+        _module = cupy.RawModule(code=frames.SOURCE + _KERNELS)
     return _module
 
 

@@ -5,6 +5,7 @@ Host-memory paths run everywhere; GPU paths skip with the reason where there is 
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -287,6 +288,200 @@ def test_crc32c_segmented_arithmetic():
     assert K.crc32c_segmented_host(chunks) == [google_crc32c.value(c) for c in chunks]
 
 
+# -- the frame check that guards nvCOMP -------------------------------------------------------
+
+
+def _frames():
+    """Real zstd and gzip chunks written by numcodecs: (codec, encoded bytes, decoded size)."""
+    import numcodecs
+
+    rng = np.random.default_rng(3)
+    datas = [
+        np.zeros(0, np.uint8),
+        np.arange(960, dtype=np.uint8),
+        rng.integers(0, 256, 5000, dtype=np.uint8),  # incompressible: raw blocks
+        np.zeros(300_000, np.uint8),  # RLE / highly compressible, several blocks
+        rng.integers(0, 256, 300_000, dtype=np.uint8),  # several raw blocks
+        np.repeat(rng.integers(0, 256, 4000, dtype=np.uint8), 97),  # compressed blocks
+    ]
+    out = []
+    for d in datas:
+        for level in (1, 3):
+            out.append(("zstd", bytes(numcodecs.Zstd(level=level).encode(d)), d.size))
+        out.append(("gzip", bytes(numcodecs.GZip(level=1).encode(d)), d.size))
+    return out
+
+
+def _mutations(name, raw, size):
+    """(label, chunk bytes, decoded size, expected status or None for "anything but OK")."""
+    from ferry import _zarr_frames as F
+
+    yield "truncated to half", raw[: len(raw) // 2], size, None
+    yield "one byte short", raw[:-1], size, None
+    yield "empty", b"", size, F.SHORT
+    yield "trailing garbage", raw + b"\x00\x01\x02", size, None
+    yield "wrong size", raw, size + 1, F.SIZE
+    flipped = bytearray(raw)
+    flipped[0] ^= 0xFF
+    yield "magic flipped", bytes(flipped), size, F.MAGIC
+    if name == "zstd":
+        yield "two frames", raw + raw, size, F.TRAILING
+        reserved = bytearray(raw)
+        reserved[4] |= 0x08
+        yield "reserved header bit", bytes(reserved), size, F.HEADER
+        dictionary = bytearray(raw)
+        dictionary[4] |= 0x01
+        yield "dictionary ID", bytes(dictionary), size, F.HEADER
+        skippable = (0x184D2A50).to_bytes(4, "little") + (4).to_bytes(4, "little") + b"abcd"
+        yield "skippable frame", skippable + raw, size, F.MAGIC
+    else:
+        cm = bytearray(raw)
+        cm[2] = 7
+        yield "not deflate", bytes(cm), size, F.HEADER
+        flags = bytearray(raw)
+        flags[3] |= 0x20
+        yield "reserved flag", bytes(flags), size, F.HEADER
+        if len(raw) < 0xFFFF:
+            fextra = bytearray(raw[:10])
+            fextra[3] |= 0x04
+            yield "FEXTRA past the end", bytes(fextra) + b"\xff\xff" + raw[10:], size, F.SHORT
+
+
+def _zstd_block_header(raw, block):
+    """The offset of the header of block `block` (0-based) of a single-frame zstd chunk."""
+    fhd = raw[4]
+    single = (fhd >> 5) & 1
+    i = (5 if single else 6) + (single, 2, 4, 8)[fhd >> 6]
+    for _ in range(block):
+        h = int.from_bytes(raw[i : i + 3], "little")
+        i += 3 + (1 if (h >> 1) & 3 == 1 else h >> 3)
+    return i
+
+
+def test_frame_check_reference():
+    import numcodecs
+    from ferry import _zarr_frames as F
+
+    for name, raw, size in _frames():
+        assert F.check(name, raw, size) == F.OK, (name, len(raw), size)
+        assert F.check(name, np.frombuffer(raw, np.uint8), size) == F.OK
+        for label, data, expect_size, want in _mutations(name, raw, size):
+            got = F.check(name, data, expect_size)
+            assert got != F.OK, (name, size, label)
+            if want is not None:
+                assert got == want, (name, size, label, got)
+    # a reserved block type, and a block size over 128 KiB, in zstd's block headers
+    raw = bytes(numcodecs.Zstd(level=1).encode(np.zeros(300_000, np.uint8)))
+    i = _zstd_block_header(raw, 0)
+    bad = bytearray(raw)
+    bad[i] |= 0x06
+    assert F.check("zstd", bytes(bad), 300_000) == F.BLOCK
+    bad = bytearray(raw)
+    bad[i + 2] = 0xFF
+    assert F.check("zstd", bytes(bad), 300_000) == F.BLOCK
+    # gzip's optional header fields are walked, and such members still decode
+    import gzip
+    import io
+
+    payload = np.arange(1000, dtype=np.uint8).tobytes()
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="chunk.bin", mode="wb", fileobj=buf, mtime=0) as g:
+        g.write(payload)
+    named = buf.getvalue()
+    assert named[3] & 0x08
+    assert F.check("gzip", named, len(payload)) == F.OK
+    assert F.check("gzip", named[:14], len(payload)) == F.SHORT
+
+
+def _compile_frame_check(tmp_path):
+    """The CUDA C source of the frame check built for the host (a loop standing in for the
+    grid), loaded through ctypes; None where there is no C++ compiler."""
+    import ctypes
+    import shutil
+
+    from ferry import _zarr_frames as F
+
+    cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        return None
+    prelude = (
+        "#define __device__ static\n#define __global__\n"
+        "struct ferry_dim3 { unsigned int x; };\n"
+        "static ferry_dim3 blockIdx, blockDim, threadIdx;\n"
+    )
+    driver = (
+        'extern "C" void ferry_frame_check_host(const unsigned char* block,'
+        " const long long* where, long long n, long long expected, int codec, int* status) {\n"
+        "  blockDim.x = 1; threadIdx.x = 0;\n"
+        "  for (long long c = 0; c < n; ++c) { blockIdx.x = (unsigned int)c;"
+        " ferry_frame_check(block, where, n, expected, codec, status); }\n}\n"
+    )
+    src = tmp_path / "frames.cpp"
+    src.write_text(prelude + F.SOURCE + driver)
+    lib = tmp_path / "frames.so"
+    subprocess.run(
+        [cxx, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(lib), str(src)], check=True
+    )
+    return ctypes.CDLL(str(lib))
+
+
+def _frame_cases():
+    """Chunks (codec, bytes, decoded size): the real frames, their mutations, and random
+    single-byte corruptions of their headers and block headers."""
+    rng = np.random.default_rng(4)
+    cases = []
+    for name, raw, size in _frames():
+        cases.append((name, raw, size))
+        cases.extend((name, data, s) for _label, data, s, _want in _mutations(name, raw, size))
+        for _ in range(40):
+            bad = bytearray(raw)
+            if bad:
+                i = int(rng.integers(0, min(len(bad), 24)))
+                bad[i] ^= 1 << int(rng.integers(0, 8))
+            cases.append((name, bytes(bad), size))
+        for _ in range(10):
+            cases.append((name, raw[: int(rng.integers(0, len(raw) + 1))], size))
+    return cases
+
+
+def test_frame_check_kernel_source_matches_reference(tmp_path):
+    import ctypes
+
+    from ferry import _zarr_frames as F
+
+    lib = _compile_frame_check(tmp_path)
+    if lib is None:
+        pytest.skip("no C++ compiler to build the kernel's source for the host")
+    fn = lib.ferry_frame_check_host
+    fn.restype = None
+    fn.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_longlong,
+        ctypes.c_longlong,
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
+    # each chunk ends where an inaccessible page begins: a read past its end faults
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    span = -(-max(len(d) for _n, d, _s in _frame_cases()) // page) * page
+    area = mmap.mmap(-1, span + page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    assert libc.mprotect(base + span, page, 0) == 0  # PROT_NONE
+    try:
+        for name, data, size in _frame_cases():
+            start = span - len(data)
+            area[start:span] = data
+            where = np.array([start, len(data)], dtype=np.int64)
+            status = np.full(1, -1, dtype=np.int32)
+            fn(base, where.ctypes.data, 1, size, F.CODECS[name], status.ctypes.data)
+            assert int(status[0]) == F.check(name, data, size), (name, len(data), size)
+    finally:
+        libc.mprotect(base + span, page, 3)  # PROT_READ | PROT_WRITE, so that it unmaps
+
+
 def test_import_ferry_does_not_import_zarr():
     code = "import sys, ferry; assert 'zarr' not in sys.modules and 'ferry.zarr' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
@@ -346,14 +541,54 @@ def test_gpu_corrupt_chunks(tmp_path, cupy, nvcomp):
     with pytest.raises(ferry.ChunkError) as e:
         _read_ferry_gpu(tmp_path / "a.zarr")
     assert e.value.key == key and e.value.field == "crc32c"
-    _write(tmp_path / "b.zarr", dtype="float32", compressor=ZstdCodec(level=1))
-    p = _chunk_file(tmp_path / "b.zarr", key)
-    raw = p.read_bytes()
-    p.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(ferry.ChunkError) as e, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _read_ferry_gpu(tmp_path / "b.zarr")
-    assert e.value.key == key
+    # truncated or header-corrupt frames are caught before nvCOMP, which assumes well-formed
+    # input (a truncated zstd chunk once ended the CUDA context with an illegal address)
+    damages = {
+        "truncated": lambda raw: raw[: len(raw) // 2],
+        "magic": lambda raw: bytes([raw[0] ^ 0xFF]) + raw[1:],
+        "header": lambda raw: raw[:3] + bytes([raw[3] ^ 0xC0, raw[4] ^ 0xC0]) + raw[5:],
+        "trailing": lambda raw: raw + b"\x00" * 7,
+    }
+    for codec, cname in ((ZstdCodec(level=1), "zstd"), (GzipCodec(level=1), "gzip")):
+        ref = _write(tmp_path / ("%s.zarr" % cname), dtype="float32", compressor=codec)
+        for damage, fn in damages.items():
+            path = tmp_path / ("%s-%s.zarr" % (cname, damage))
+            _write(path, dtype="float32", compressor=codec)
+            p = _chunk_file(path, key)
+            p.write_bytes(fn(p.read_bytes()))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    got = _read_ferry_gpu(path)
+                except ferry.ChunkError as e:
+                    assert e.key == key and e.field == cname, (cname, damage, e)
+                else:  # damage the host decoder tolerates: right data, counted fallback
+                    _same(cupy.asnumpy(got), ref)
+            # the CUDA context is intact: a clean read decodes on the GPU as before
+            fz.reset_stats()
+            _same(cupy.asnumpy(_read_ferry_gpu(tmp_path / ("%s.zarr" % cname))), ref)
+            assert fz.stats()["cpu_fallbacks"] == {}, (cname, damage)
+        path = tmp_path / ("%s-truncated.zarr" % cname)
+        with pytest.raises(ferry.ChunkError) as err, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _read_ferry_gpu(path)
+        assert err.value.key == key
+
+
+def test_gpu_frame_check_kernel(cupy):
+    from ferry import _zarr_frames as F
+    from ferry import _zarr_kernels as K
+
+    cases = _frame_cases()
+    for name in ("zstd", "gzip"):
+        for size in sorted({s for n, _d, s in cases if n == name}):
+            chunks = [d for n, d, s in cases if n == name and s == size]
+            sizes = np.array([len(d) for d in chunks], dtype=np.int64)
+            offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+            block = cupy.asarray(np.frombuffer(b"".join(chunks) or b"\0", np.uint8))
+            batch = K.Batch(block, offsets, sizes, str, True)
+            want = [F.check(name, d, size) for d in chunks]
+            assert K.frame_status(name, batch, size).tolist() == want, (name, size)
 
 
 def test_gpu_write_read_by_zarr(tmp_path, cupy, nvcomp):
