@@ -331,7 +331,8 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
                                    dtype=_torch_dtype(torch, by_name[n].dtype), device=dev)
                     for n in names}
             sliced_result.update(dest)
-        st = _ck.load_checkpoint(srcs, tensors=names, slices=rules, into=dest, route=route).stats
+        st = _ck.load_checkpoint(srcs, device=str(dev), tensors=names, slices=rules, into=dest,
+                                 route=route).stats
         stats["read_seconds"] += time.perf_counter() - t0
         stats["requests"] += st["requests"]
         return st["bytes_read"]

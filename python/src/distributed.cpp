@@ -45,6 +45,8 @@ struct open_checkpoint_handle {
             o.select.patterns.push_back(name);
             o.into[name] = *a;
         }
+        // The destinations say where the load goes (the loader checks that they agree).
+        if (!into.empty()) o.where = into.front().second->where();
         for (const auto& [name, dim, start, stop] : ranges)
             o.slices[name] = tensor_slice::range(dim, start, stop);
         o.only_into = true;

@@ -119,9 +119,9 @@ def test_a_missing_url_is_a_remote_error(served):
 
 def test_load_a_url_into_gpu_memory(served, cupy):
     base, a, tensors = served
-    got = ferry.load(base + "/a.npy", like="cupy")
+    got = ferry.load(base + "/a.npy", device="cuda", like="cupy")
     np.testing.assert_array_equal(cupy.asnumpy(got), a)
-    loaded = ferry.load(base + "/m.safetensors", like="cupy")
+    loaded = ferry.load(base + "/m.safetensors", device="cuda", like="cupy")
     for k, v in tensors.items():
         np.testing.assert_array_equal(cupy.asnumpy(loaded[k]), v)
 
