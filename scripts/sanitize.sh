@@ -45,12 +45,13 @@ if [ "$what" = all ] || [ "$what" = asan ]; then
     t1=$(date +%s)
     echo "sanitize: whole host suite under ASan + UBSan"
     # The Python tests need the extension module, which is not built here (a sanitized
-    # extension would need libasan preloaded into the interpreter).
+    # extension would need libasan preloaded into the interpreter). Nor does the install test:
+    # its consumer program is built plain and cannot load a sanitized libferry.
     # protect_shadow_gap=0: the CUDA runtime maps memory where ASan would otherwise reserve it.
     ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:protect_shadow_gap=0:detect_stack_use_after_return=1:strict_init_order=1" \
     LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-        run "${ASAN_BUILD:-build-asan}" -E '^python\.'
+        run "${ASAN_BUILD:-build-asan}" -E '^(python|install)\.'
     echo "sanitize: ASan + UBSan clean (build $(( t1 - t0 )) s, tests $(( $(date +%s) - t1 )) s)"
 fi
 if [ "$what" = all ] || [ "$what" = tsan ]; then

@@ -18,7 +18,8 @@ TEST(route_stats, reads_count_under_their_source_and_mover) {
     ferry::file f(path, ferry::open_mode::read, s);
     std::vector<std::uint8_t> buf(4u << 20);
     f.read(buf.data(), buf.size(), 0);
-    const ferry::route_stats* r = f.stats().route("posix", "host");
+    ferry::io_stats st = f.stats();  // route() points into this snapshot
+    const ferry::route_stats* r = st.route("posix", "host");
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->read.bytes, 4u << 20);
     EXPECT_EQ(r->read.requests, 1u);

@@ -97,6 +97,7 @@ void http_source::fail(const http_response& r, const std::string& what, const io
 remote_identity http_source::probe() {
     io_context where{target_.location, 0, 0};
     auto attempt = [&](bool head) {
+        char probe_byte = 0;  // outlives every request that writes it
         for (std::size_t tries = 0;; ++tries) {
             http_request rq;
             rq.url = target_.url;
@@ -105,7 +106,6 @@ remote_identity http_source::probe() {
                 rq.method = "HEAD";
             } else {
                 rq.range = "0-0";
-                char probe_byte = 0;
                 rq.sink = &probe_byte;  // the one byte is read and dropped
                 rq.sink_capacity = 1;
             }
