@@ -28,6 +28,9 @@ enum class direct_io_mode {
 
 enum class log_level { error, warn, info, debug };
 
+/// lane_threshold's value for "off": reads without a stream never take the stream lanes.
+inline constexpr std::size_t lanes_off = static_cast<std::size_t>(-1);
+
 /// All of ferry's settings. A value of 0 for a size or count means "derive from the machine".
 ///
 /// Thread safety: a plain value; copy it freely.
@@ -37,6 +40,11 @@ struct FERRY_EXPORT settings {
     std::size_t staging_buffer_size = 0;      ///< FERRY_STAGING_BUFFER_SIZE: bytes per pinned buffer
     std::size_t staging_buffers = 2;          ///< FERRY_STAGING_BUFFERS: pinned buffers per worker (>= 2)
     std::size_t staging_memory_limit = 0;     ///< FERRY_STAGING_MEMORY_LIMIT: cap on all pinned staging
+    std::size_t stream_lanes = 0;             ///< FERRY_STREAM_LANES: stream lanes per device
+    std::size_t lane_buffer_size = 0;         ///< FERRY_LANE_BUFFER_SIZE: bytes of each of a lane's two buffers
+    /// FERRY_LANE_THRESHOLD: reads into GPU memory of at least this many bytes go through the
+    /// stream lanes rather than the workers' own staging buffers; lanes_off: never.
+    std::size_t lane_threshold = 0;
     gds_mode gds = gds_mode::auto_;           ///< FERRY_GDS
     std::size_t gds_threshold = 1 << 20;      ///< FERRY_GDS_THRESHOLD: smaller requests skip cuFile
     direct_io_mode direct_io = direct_io_mode::off;  ///< FERRY_DIRECT_IO

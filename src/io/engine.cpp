@@ -16,7 +16,7 @@
 namespace ferry::detail {
 namespace {
 fork_safe_mutex registry_mutex;  // never left taken in a forked child
-using tuning = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>;
+using tuning = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t>;
 struct cached {
     tuning k;
     std::shared_ptr<engine> e;
@@ -56,21 +56,19 @@ void release_at_exit() {
     unused.clear();
 }
 
-constexpr std::size_t lane_count = 4;
-
-// Each of a lane's two buffers: eight staging buffers, within what the staging memory limit
-// leaves.
+// Each of a lane's two buffers: what the settings ask for, within what the workers' staging
+// leaves under the staging memory limit (at least 64 KiB).
 std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
     std::size_t used = r.threads * pool.buffers_per_worker() * pool.buffer_size();
-    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * lane_count) : 0;
-    std::size_t size = std::min(8 * pool.buffer_size(), left) / (64u << 10) * (64u << 10);
+    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * std::max<std::size_t>(1, r.stream_lanes)) : 0;
+    std::size_t size = std::min(r.lane_buffer_size, left) / (64u << 10) * (64u << 10);
     return std::max<std::size_t>(size, 64u << 10);
 }
 }  // namespace
 
 engine::engine(const settings& r)
     : staging_(r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit),
-      lanes_(lane_count, lane_buffer_size(staging_, r)),
+      lanes_(std::max<std::size_t>(1, r.stream_lanes), lane_buffer_size(staging_, r)),
       pool_(r.threads) {}
 
 engine::~engine() = default;
@@ -89,7 +87,8 @@ std::size_t engine::pending() const {
 }
 
 std::shared_ptr<engine> engine::shared(const settings& r) {
-    tuning k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit};
+    tuning k{r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit, r.stream_lanes,
+             r.lane_buffer_size};
     // Handlers run in reverse order of registration: this one must come after the CUDA
     // runtime's, which it registers when first used (here, at the latest).
     // (An atomic, not a function-local static: a fork during its initialization would leave

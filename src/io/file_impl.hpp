@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
@@ -48,6 +49,22 @@ struct request {
     bool is_write() const noexcept { return dir == direction::write; }
 };
 
+class file_impl;
+
+/// Rows of a file's bytes landing packed in memory: row r is `width` bytes at file offset
+/// `offset + r * pitch`, landing at `memory + r * width` (one row: a plain range). With `span`
+/// the enclosing span is read in one piece and the rows are picked out of it on the way to the
+/// GPU (fewer reads, the skipped bytes read too); else each row is its own read.
+struct gather {
+    std::shared_ptr<file_impl> file;
+    std::uint64_t offset = 0;
+    std::uint64_t rows = 1;
+    std::uint64_t pitch = 0;
+    std::uint64_t width = 0;
+    void* memory = nullptr;
+    bool span = false;
+};
+
 class file_impl : public std::enable_shared_from_this<file_impl> {
 public:
     /// Opens `location` through the source registry.
@@ -67,12 +84,24 @@ public:
     /// or the first error, and `then` (if any) hears the same just before the future does.
     /// Throws usage_error for a file side when the file was closed.
     std::future<std::size_t> start(const request& r, thread_pool* workers = nullptr, completion then = {});
-    /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp).
-    std::future<std::size_t> start_on_stream(const request& r, stream_t s);
+    /// Runs a prepared request in stream order on `s` (io/stream_ordered.cpp); `then` as for
+    /// start().
+    std::future<std::size_t> start_on_stream(const request& r, stream_t s, completion then = {});
+    /// A read routed through the stream lanes (mover::lanes) without a stream of the caller's:
+    /// laid out on the lanes after the calling thread's per-thread stream.
+    std::future<std::size_t> start_on_lanes(const request& r, completion then);
     /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between
     /// the source and host memory at `host`, on the file workers, which make no CUDA call and
     /// wait on no CUDA work (so a CUDA host function may wait for the future).
     std::future<std::size_t> start_file_side(const request& r, std::size_t pos, std::size_t len, char* host);
+
+    /// Reads exactly [offset, offset + n) into host memory on the calling thread, through the
+    /// file's own source (buffered), counted as one request of the host route: the small reads
+    /// of a gather's rows (whose bounds the gather checked). Throws end_of_file_error when the
+    /// file is shorter.
+    void read_now(char* dst, std::size_t n, std::uint64_t offset);
+    /// The engine's workers.
+    thread_pool& workers() noexcept { return engine_->pool(); }
 
     /// The route of a request of `n` bytes to or from memory of `kind`, with its reasons.
     /// Counts fallbacks; throws when the settings allow no usable route.
@@ -85,6 +114,11 @@ public:
 private:
     friend struct request_state;
     friend struct stream_request;
+    friend std::future<std::size_t> start_gather(const std::vector<gather>&, int, stream_t, completion);
+    /// A file side that reads through the source itself (a gather's): counted in flight, so
+    /// that close() waits for it; refused with usage_error once the file is closed.
+    void enter_file_side();
+    void leave_file_side() noexcept;
     void check_open() const;
     void run_task(const request& r, std::size_t pos, std::size_t len);
     void move(source& src, mover how, const piece& p, const io_context& where);
@@ -117,6 +151,13 @@ private:
     std::size_t inflight_ = 0;
     std::atomic<bool> closed_{false};
 };
+
+/// Reads every extent of `extents` into GPU memory of `device` through the stream lanes of the
+/// first extent's file, in stream order on `s` (io/stream_ordered.cpp): the gather is cut into
+/// lane-buffer chunks whose reads the file workers share. Each file counts its bytes as one
+/// request of the lanes route. `then` as for file_impl::start.
+std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device, stream_t s,
+                                      file_impl::completion then = {});
 
 /// The route a large read of `path` into GPU memory takes (a file, or for a directory a
 /// temporary probe file inside it), with the reasons. Shared by the engine and `ferry doctor`.

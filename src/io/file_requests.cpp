@@ -123,7 +123,8 @@ void file_impl::move(source& src, mover how, const piece& p, const io_context& w
             move_host(src, p, &pool.slot(thread_pool::worker_index()), pool.buffer_size(), where);
             return;
         }
-        case mover::staged: {
+        case mover::staged:
+        case mover::lanes: {  // a lanes request split into tasks (a file side never is): staged
             staging_pool& pool = engine_->staging();
             move_staged(src, p, pool.slot(thread_pool::worker_index()), pool.buffer_size(), where);
             return;
@@ -158,7 +159,34 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
     if (!r.file_side) count(r.dir, used, route, len, 0, 0);
 }
 
+void file_impl::read_now(char* dst, std::size_t n, std::uint64_t offset) {
+    check_open();
+    if (mode_ == open_mode::write || mode_ == open_mode::append_write)
+        throw usage_error("file is open for writing only: " + location_);
+    if (n == 0) return;
+    auto t0 = clock::now();
+    source_->read(dst, n, offset, {location_, offset, n});
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
+    count(direction::read, io_path::host, route_slot(source_->kind(), to_string(mover::host)), n,
+          static_cast<std::uint64_t>(ns), 1);
+}
+
+void file_impl::enter_file_side() {
+    std::lock_guard lock(inflight_mutex_);
+    if (closed_) throw usage_error("file was closed before its stream reached the request: " + location_);
+    ++inflight_;
+}
+
+void file_impl::leave_file_side() noexcept {
+    {
+        std::lock_guard lock(inflight_mutex_);
+        --inflight_;
+    }
+    inflight_cv_.notify_all();
+}
+
 std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers, completion then) {
+    if (r.how == mover::lanes && !workers && r.n > 0) return start_on_lanes(r, std::move(then));
     auto st = std::make_shared<request_state>();
     st->file = shared_from_this();
     st->r = r;

@@ -70,6 +70,9 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
     f.gds_threshold = config_.gds_threshold;
     f.staging_buffers = engine_->staging().buffers_per_worker();
     f.staging_buffer_size = engine_->staging().buffer_size();
+    f.lanes = engine_->lanes().count();
+    f.lane_buffer_size = engine_->lanes().buffer_size();
+    f.lane_threshold = config_.lane_threshold;
     f.cached_fraction = [this] { return source_->cached_fraction(); };
     f.direct = [this] { return direct_unusable(); };
     f.nvidia_fs_loaded = [] { return nvidia_fs_present(); };

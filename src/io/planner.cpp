@@ -19,6 +19,7 @@ const char* to_string(reason_code c) {
         case reason_code::cufile_compat_slower: return "cufile-compat-slower";
         case reason_code::no_device_dma: return "no-device-dma";
         case reason_code::staging: return "staging";
+        case reason_code::stream_lanes: return "stream-lanes";
         case reason_code::no_gpu: return "no-gpu";
     }
     return "?";
@@ -87,6 +88,17 @@ plan_result plan_route(const plan_facts& f) {
                               " x " + bytes_text(f.staging_buffer_size) + " pinned buffers each";
         say(reason_code::staging, "staged: " + staging);
         p.reasons.back().detail = std::move(staging);
+        // A large read into device memory: the lanes' few large copies beat many small ones
+        // from the workers' own buffers (docs/benchmarks.md). Their file side reads buffered.
+        if (!is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on && f.lanes > 0 &&
+            f.lane_threshold != lanes_off && f.size >= f.lane_threshold) {
+            p.chosen.how = mover::lanes;
+            say(reason_code::stream_lanes,
+                "a read of " + bytes_text(f.size) + " (at least FERRY_LANE_THRESHOLD, " + bytes_text(f.lane_threshold) +
+                    ") goes through " + std::to_string(f.lanes) + " stream lanes of 2 x " +
+                    bytes_text(f.lane_buffer_size) + " pinned buffers, filled by all " + std::to_string(f.threads) +
+                    " threads: fewer, larger copies to the GPU");
+        }
         return p;
     };
     if (f.memory == memory_kind::managed)

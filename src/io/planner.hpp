@@ -33,6 +33,7 @@ enum class reason_code {
     cufile_compat_slower,   ///< auto: cuFile would run in compatibility mode (fallback)
     no_device_dma,          ///< the source cannot move bytes to the GPU itself
     staging,                ///< the staged mover's threads and buffers
+    stream_lanes,           ///< a large read into GPU memory: the stream lanes' large copies
     no_gpu,                 ///< no GPU: what a read into GPU memory would do is planned for host memory
 };
 
@@ -72,6 +73,9 @@ struct plan_facts {
     std::size_t gds_threshold = 0;
     std::size_t staging_buffers = 0;      ///< per worker
     std::size_t staging_buffer_size = 0;  ///< bytes
+    std::size_t lanes = 0;                ///< stream lanes per device (0: none)
+    std::size_t lane_buffer_size = 0;     ///< bytes of each of a lane's two buffers
+    std::size_t lane_threshold = lanes_off;  ///< reads into device memory from this size take the lanes
 
     std::function<double()> cached_fraction;                     ///< [0, 1], or -1 when unknown
     std::function<std::optional<unavailable_reason>()> direct;   ///< nullopt: O_DIRECT usable

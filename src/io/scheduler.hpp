@@ -2,6 +2,13 @@
 // moved to or from memory as one request with one future. Each range is planned and split like
 // any request; files opened with the same settings share one engine, so the whole batch runs
 // on one worker pool within one staging budget. A checkpoint loader hands it its tensors here.
+//
+// Gathers (submit_gathers) are the reads of a whole load in one piece: every tensor, slice and
+// row segment of every shard. Into GPU memory they go through the stream lanes as one request
+// (io/stream_ordered.cpp): chunks packed from many small pieces, each chunk's reads shared by
+// all file workers, one copy per run of adjacent destination bytes. Into host memory each row
+// lands in place by its own pread (a span: one pread into a worker's temporary, then copies),
+// in groups spread over the workers.
 #pragma once
 
 #include <cstddef>
@@ -26,5 +33,13 @@ struct transfer {
 /// future holds the bytes moved by the whole batch, or the first error once every transfer
 /// that started has ended (so no memory of the batch is still in use). Thread safe.
 std::future<std::size_t> submit_batch(direction dir, const std::vector<transfer>& batch);
+
+/// Reads every gather of `batch` (the memory of all of them host memory, or all GPU memory of
+/// one device) and returns at once; the future holds the bytes landed, or the first error once
+/// nothing of the batch runs any more. Rows past the end of their file fail with
+/// end_of_file_error. Where the planner sends a large read of a file into GPU memory to cuFile
+/// (GPUDirect Storage, or FERRY_GDS=on), that file's rows go there, each its own request.
+/// Thread safe.
+std::future<std::size_t> submit_gathers(const std::vector<gather>& batch);
 
 }  // namespace ferry::detail

@@ -41,6 +41,8 @@ public:
     /// enqueue_mutex() for as long as it uses them: the events, `uses` and `next` are shared.
     device_lanes& on_device(int device);
     std::mutex& enqueue_mutex() noexcept { return mutex_; }
+    /// Lanes per device.
+    std::size_t count() const noexcept { return count_; }
     /// Bytes of each of a lane's two buffers.
     std::size_t buffer_size() const noexcept { return buffer_size_; }
 

@@ -19,6 +19,14 @@
 // the lane's next copy fills; a lane's last chunk of the request waits for its own.
 //
 // A request to or from host memory is one file side and a completion on the caller's stream.
+//
+// Reads are gathers: a list of extents (rows of one or more files, each row landing packed in
+// GPU memory) cut into lane-buffer-sized chunks. A chunk's file side is a list of reads into its
+// buffer, spread over the file workers; its copies are one cudaMemcpyAsync per run of adjacent
+// destination bytes (a plain range: one copy per chunk), or one cudaMemcpy2DAsync for a span
+// whose rows are picked out while they cross to the GPU. A plain stream-ordered read is the
+// gather of one extent; the checkpoint loader hands whole tensors, slices and row segments of
+// every shard as one gather (io/scheduler.hpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -40,10 +48,101 @@ struct file_job {
     std::future<std::size_t> done;
 };
 
+/// One read of a gather chunk's file side: `len` bytes at `offset` of `file` to `at` in the
+/// chunk's buffer.
+struct lane_read {
+    file_impl* file;
+    std::uint64_t offset;
+    std::size_t len;
+    std::size_t at;
+};
+
+/// One copy out of a gather chunk's buffer: `rows` rows of `width` bytes, `pitch` apart in the
+/// buffer, landing packed at `dst` (rows == 1: a plain copy of `width` bytes).
+struct lane_copy {
+    std::size_t at;
+    char* dst;
+    std::size_t width, rows, pitch;
+};
+
 struct chunk {
     std::size_t pos, len;
     char* buffer;  ///< the lane buffer, or the caller's host memory
+    std::vector<lane_read> reads;    ///< reads (gathers): the file side
+    std::vector<lane_copy> copies;   ///< reads (gathers): what goes to the GPU
 };
+
+/// Cuts a gather into chunks of at most `capacity` bytes of buffer each.
+std::vector<chunk> cut_into_chunks(const std::vector<gather>& extents, std::size_t capacity) {
+    std::vector<chunk> out;
+    chunk cur{0, 0, nullptr, {}, {}};
+    std::size_t pos = 0;  // bytes of buffer laid out so far, over all chunks
+    auto flush = [&] {
+        if (cur.len == 0) return;
+        cur.pos = pos;
+        pos += cur.len;
+        out.push_back(std::move(cur));
+        cur = chunk{0, 0, nullptr, {}, {}};
+    };
+    auto room = [&] { return capacity - cur.len; };
+    auto add_read = [&](file_impl* f, std::uint64_t offset, std::size_t len) {
+        if (!cur.reads.empty()) {
+            lane_read& last = cur.reads.back();
+            if (last.file == f && last.offset + last.len == offset && last.at + last.len == cur.len) {
+                last.len += len;
+                return;
+            }
+        }
+        cur.reads.push_back({f, offset, len, cur.len});
+    };
+    auto add_copy = [&](char* dst, std::size_t width, std::size_t rows, std::size_t pitch) {
+        if (rows == 1 && !cur.copies.empty()) {
+            lane_copy& last = cur.copies.back();
+            if (last.rows == 1 && last.at + last.width == cur.len && last.dst + last.width == dst) {
+                last.width += width;
+                return;
+            }
+        }
+        cur.copies.push_back({cur.len, dst, width, rows, pitch});
+    };
+    for (const gather& g : extents) {
+        if (g.rows == 0 || g.width == 0) continue;
+        file_impl* f = g.file.get();
+        char* dst = static_cast<char*>(g.memory);
+        const bool span = g.span && g.rows > 1 && g.pitch > g.width && g.pitch <= capacity / 2;
+        if (span) {
+            for (std::uint64_t r = 0; r < g.rows;) {
+                // As many rows as the chunk has room for: (n - 1) * pitch + width bytes.
+                std::uint64_t n = room() >= g.width ? 1 + (room() - g.width) / g.pitch : 0;
+                if (n == 0) {
+                    flush();
+                    continue;
+                }
+                n = std::min<std::uint64_t>(n, g.rows - r);
+                std::size_t bytes = static_cast<std::size_t>((n - 1) * g.pitch + g.width);
+                add_read(f, g.offset + r * g.pitch, bytes);
+                add_copy(dst + r * g.width, static_cast<std::size_t>(g.width), static_cast<std::size_t>(n),
+                         static_cast<std::size_t>(g.pitch));
+                cur.len += bytes;
+                r += n;
+            }
+            continue;
+        }
+        for (std::uint64_t r = 0; r < g.rows; ++r) {
+            std::uint64_t row_at = g.offset + r * g.pitch;
+            for (std::uint64_t k = 0; k < g.width;) {
+                if (room() == 0) flush();
+                std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(room(), g.width - k));
+                add_read(f, row_at + k, len);
+                add_copy(dst + r * g.width + k, len, 1, len);
+                cur.len += len;
+                k += len;
+            }
+        }
+    }
+    flush();
+    return out;
+}
 
 }  // namespace
 
@@ -57,6 +156,15 @@ struct stream_request {
     std::vector<chunk> chunks;
     std::unique_ptr<file_job[]> jobs;
     std::promise<std::size_t> done;
+    file_impl::completion then;  ///< hears the outcome just before the future does
+    /// A gather: the files it reads (kept open until it ends), the bytes of each and their
+    /// route slot, counted once at the end; empty for a request of one file.
+    struct counted_file {
+        std::shared_ptr<file_impl> file;
+        std::uint64_t bytes;
+        int route;
+    };
+    std::vector<counted_file> counted;
     std::atomic<bool> cancelled{false};  ///< queueing failed part-way: start no more file sides
     std::mutex error_mutex;
     std::exception_ptr error;
@@ -87,10 +195,78 @@ struct stream_request {
         if (i >= chunks.size() || cancelled || failed()) return;
         if (jobs[i].started.exchange(true)) return;
         try {
-            jobs[i].done = file->start_file_side(r, chunks[i].pos, chunks[i].len, chunks[i].buffer);
+            if (chunks[i].reads.empty()) jobs[i].done = file->start_file_side(r, chunks[i].pos, chunks[i].len, chunks[i].buffer);
+            else jobs[i].done = start_reads(chunks[i]);
         } catch (...) {
             fail(std::current_exception());
         }
+    }
+
+    /// A gather chunk's file side: its reads in groups of about equal bytes on the file workers
+    /// (large reads split), so that every worker helps fill one buffer. Each file of the chunk
+    /// counts the side as in flight (close() waits for it, and a closed file refuses it).
+    std::future<std::size_t> start_reads(const chunk& c) {
+        thread_pool& workers = file->engine_->file_workers();
+        const std::size_t target = std::max<std::size_t>(1 << 20, c.len / workers.size());
+        std::vector<std::vector<lane_read>> groups(1);
+        std::size_t in_group = 0;
+        std::vector<file_impl*> files;
+        for (lane_read rd : c.reads) {
+            if (std::find(files.begin(), files.end(), rd.file) == files.end()) files.push_back(rd.file);
+            while (rd.len > 0) {
+                if (in_group >= target) {
+                    groups.emplace_back();
+                    in_group = 0;
+                }
+                std::size_t len = std::min(rd.len, target - in_group);
+                groups.back().push_back({rd.file, rd.offset, len, rd.at});
+                in_group += len;
+                rd.offset += len;
+                rd.at += len;
+                rd.len -= len;
+            }
+        }
+        for (std::size_t k = 0; k < files.size(); ++k) {
+            try {
+                files[k]->enter_file_side();
+            } catch (...) {
+                for (std::size_t j = 0; j < k; ++j) files[j]->leave_file_side();
+                throw;
+            }
+        }
+        struct side {
+            std::atomic<std::size_t> left;
+            std::mutex m;
+            std::exception_ptr error;
+            std::promise<std::size_t> done;
+            std::size_t bytes;
+            std::vector<file_impl*> files;
+        };
+        auto st = std::make_shared<side>();
+        st->left = groups.size();
+        st->bytes = c.len;
+        st->files = std::move(files);
+        std::future<std::size_t> f = st->done.get_future();
+        for (auto& g : groups) {
+            workers.submit([st, g = std::move(g), buffer = c.buffer] {
+                std::exception_ptr e;
+                try {
+                    for (const lane_read& rd : g)
+                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, {rd.file->path(), rd.offset, rd.len});
+                } catch (...) {
+                    e = std::current_exception();
+                }
+                if (e) {
+                    std::lock_guard lock(st->m);
+                    if (!st->error) st->error = e;
+                }
+                if (st->left.fetch_sub(1) != 1) return;
+                for (file_impl* fi : st->files) fi->leave_file_side();
+                if (st->error) st->done.set_exception(st->error);
+                else st->done.set_value(st->bytes);
+            });
+        }
+        return f;
     }
 
     /// Waits for the file side of chunk i if it was started (only the file workers, never CUDA).
@@ -116,6 +292,10 @@ struct stream_request {
         }
     }
 
+    /// Lays the chunks of `q` (cut already for a gather, else cut here) out on the lanes of
+    /// `device` after the work queued on `cs`, and the completion on `cs`.
+    static void lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device);
+
     void complete() {
         std::exception_ptr e;
         {
@@ -123,11 +303,14 @@ struct stream_request {
             e = error;
         }
         if (e) {
+            if (then) then(0, e);
             done.set_exception(e);
             return;
         }
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
-        file->count(r.dir, path, route, r.n, static_cast<std::uint64_t>(ns), 1);
+        if (counted.empty()) file->count(r.dir, path, route, r.n, static_cast<std::uint64_t>(ns), 1);
+        for (const counted_file& c : counted) c.file->count(r.dir, path, c.route, c.bytes, static_cast<std::uint64_t>(ns), 1);
+        if (then) then(r.n, nullptr);
         done.set_value(r.n);
     }
 };
@@ -203,7 +386,13 @@ std::future<std::size_t> file_impl::start_file_side(const request& r, std::size_
     return start(part, &engine_->file_workers());
 }
 
-std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s) {
+std::future<std::size_t> file_impl::start_on_lanes(const request& r, completion then) {
+    // The per-thread stream orders nothing else of the caller's (ferry's own calls on this
+    // thread use their own streams), and needs no stream to be made per request.
+    return start_on_stream(r, reinterpret_cast<stream_t>(cudaStreamPerThread), std::move(then));
+}
+
+std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s, completion then) {
     if (!cuda_available())
         throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {location_});
     const bool on_gpu = r.kind == memory_kind::device || r.kind == memory_kind::managed;
@@ -215,10 +404,12 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     q->file = shared_from_this();
     q->r = r;
     q->path = on_gpu ? io_path::staged : io_path::host;
-    q->route = route_slot(source_->kind(), to_string(on_gpu ? mover::staged : mover::host));
+    q->route = route_slot(source_->kind(), to_string(on_gpu ? mover::lanes : mover::host));
+    q->then = std::move(then);
     std::future<std::size_t> f = q->done.get_future();
     auto cs = reinterpret_cast<cudaStream_t>(s);
     if (r.n == 0) {
+        if (q->then) q->then(0, nullptr);
         q->done.set_value(0);
         return f;
     }
@@ -235,52 +426,107 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
         return f;
     }
 
-    set_device(r.device);
-    stream_lanes& lanes = engine_->lanes();
+    stream_request::lay_out(q, cs, r.device);
+    return f;
+}
+
+void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device) {
+    const request& r = q->r;
+    const std::string& location = q->file->location_;
+    set_device(device);
+    stream_lanes& lanes = q->file->engine_->lanes();
     std::lock_guard lock(lanes.enqueue_mutex());
-    stream_lanes::device_lanes& d = lanes.on_device(r.device);
+    stream_lanes::device_lanes& d = lanes.on_device(device);
     const std::size_t size = lanes.buffer_size();
-    const std::size_t count = (r.n + size - 1) / size;
+    if (q->chunks.empty()) {  // a plain range: chunks of the lanes' buffer size
+        for (std::size_t pos = 0; pos < r.n; pos += size) q->chunks.push_back({pos, std::min(size, r.n - pos), nullptr, {}, {}});
+    }
+    const std::size_t count = q->chunks.size();
     const std::size_t used = std::min(count, d.lanes.size());
     const std::size_t first = d.next;
     d.next = (first + count) % d.lanes.size();
     auto lane = [&](std::size_t i) -> stream_lane& { return d.lanes[(first + i) % d.lanes.size()]; };
     q->lanes = d.lanes.size();
-    q->chunks.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
         stream_lane& l = lane(i);
-        q->chunks.push_back({i * size, std::min(size, r.n - i * size), l.buffers[l.uses++ % 2].get()});
+        q->chunks[i].buffer = l.buffers[l.uses++ % 2].get();
     }
     q->jobs = std::make_unique<file_job[]>(count);
     std::vector<cudaStream_t> streams;
     for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream.get());
     try {
-        cuda_check(FERRY_CUDA(cudaEventRecord, d.start.get(), cs), "cudaEventRecord (stream-ordered request)", {location_, r.offset, r.n});
+        cuda_check(FERRY_CUDA(cudaEventRecord, d.start.get(), cs), "cudaEventRecord (stream-ordered request)", {location, r.offset, r.n});
         for (cudaStream_t ls : streams)
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {location, r.offset, r.n});
         for (std::size_t i = 0; i < count; ++i) {
             stream_lane& l = lane(i);
             const chunk& c = q->chunks[i];
-            const io_context where{location_, r.offset + c.pos, c.len};
-            if (!r.is_write()) {
-                queue_chunk(l.stream.get(), q, i);
-                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream.get()),
-                           "cudaMemcpyAsync (stream lane to GPU)", where);
-            } else {
+            const io_context where{location, r.offset + c.pos, c.len};
+            if (r.is_write()) {
                 cuda_check(FERRY_CUDA(cudaMemcpyAsync, c.buffer, r.mem + c.pos, c.len, cudaMemcpyDefault, l.stream.get()),
                            "cudaMemcpyAsync (GPU to stream lane)", where);
                 queue_chunk(l.stream.get(), q, i);
+                continue;
+            }
+            queue_chunk(l.stream.get(), q, i);
+            if (c.copies.empty()) {
+                cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream.get()),
+                           "cudaMemcpyAsync (stream lane to GPU)", where);
+                continue;
+            }
+            for (const lane_copy& k : c.copies) {
+                if (k.rows == 1)
+                    cuda_check(FERRY_CUDA(cudaMemcpyAsync, k.dst, c.buffer + k.at, k.width, cudaMemcpyDefault, l.stream.get()),
+                               "cudaMemcpyAsync (stream lane to GPU)", where);
+                else  // a span: its rows picked out on the way (destination rows packed)
+                    cuda_check(FERRY_CUDA(cudaMemcpy2DAsync, k.dst, k.width, c.buffer + k.at, k.pitch, k.width, k.rows,
+                                          cudaMemcpyDefault, l.stream.get()),
+                               "cudaMemcpy2DAsync (stream lane to GPU)", where);
             }
         }
         for (std::size_t i = 0; i < used; ++i) {
-            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location_, r.offset, r.n});
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location, r.offset, r.n});
         }
         queue_completion(cs, q);
     } catch (...) {
         drain(*q, streams);
         throw;
     }
+}
+
+std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device, stream_t s,
+                                      file_impl::completion then) {
+    if (extents.empty() || !extents.front().file) throw usage_error("internal: a gather without extents");
+    if (!cuda_available())
+        throw cuda_error(cudaErrorNoDevice, "a gather into GPU memory needs CUDA: " + cuda_unavailable_reason(),
+                         {extents.front().file->path()});
+    auto q = std::make_shared<stream_request>();
+    q->file = extents.front().file;  // its engine's lanes carry the gather
+    q->r.dir = direction::read;
+    q->r.kind = memory_kind::device;
+    q->r.device = device;
+    q->path = io_path::staged;
+    q->then = std::move(then);
+    for (const gather& g : extents) {
+        if (!g.file) throw usage_error("internal: a gather extent without a file");
+        std::uint64_t bytes = g.rows * g.width;
+        q->r.n += static_cast<std::size_t>(bytes);
+        auto it = std::find_if(q->counted.begin(), q->counted.end(), [&](const auto& c) { return c.file == g.file; });
+        if (it == q->counted.end()) {
+            q->counted.push_back({g.file, 0, route_slot(g.file->source_->kind(), to_string(mover::lanes))});
+            it = q->counted.end() - 1;
+        }
+        it->bytes += bytes;
+    }
+    std::future<std::size_t> f = q->done.get_future();
+    if (q->r.n == 0) {
+        if (q->then) q->then(0, nullptr);
+        q->done.set_value(0);
+        return f;
+    }
+    q->chunks = cut_into_chunks(extents, q->file->engine_->lanes().buffer_size());
+    stream_request::lay_out(q, reinterpret_cast<cudaStream_t>(s), device);
     return f;
 }
 

@@ -202,6 +202,48 @@ TEST(planner, a_source_without_alternatives_is_staged_and_never_o_direct) {
     EXPECT_TRUE(plan_route(f).refusal);
 }
 
+// Large reads into device memory take the stream lanes; small ones, writes, managed memory,
+// O_DIRECT reads and FERRY_GDS=on keep the workers' own staging buffers.
+TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
+    auto with_lanes = [](plan_facts f) {
+        f.lanes = 4;
+        f.lane_buffer_size = 16 << 20;
+        f.lane_threshold = 64 << 20;
+        f.gds = gds_mode::off;
+        return f;
+    };
+    plan_result big = plan_route(with_lanes(facts(memory_kind::device, {})));
+    EXPECT_EQ(big.chosen.how, mover::lanes);
+    EXPECT_EQ(big.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(codes(big), (std::vector<reason_code>{reason_code::gds_off, reason_code::staging, reason_code::stream_lanes}));
+    EXPECT_EQ(big.reasons.back().text,
+              "a read of 1 GiB (at least FERRY_LANE_THRESHOLD, 64 MiB) goes through 4 stream lanes of 2 x 16 MiB "
+              "pinned buffers, filled by all 16 threads: fewer, larger copies to the GPU");
+
+    plan_facts small = with_lanes(facts(memory_kind::device, {}));
+    small.size = (64 << 20) - 1;
+    EXPECT_EQ(plan_route(small).chosen.how, mover::staged);
+
+    plan_facts write = with_lanes(facts(memory_kind::device, {}));
+    write.dir = direction::write;
+    EXPECT_EQ(plan_route(write).chosen.how, mover::staged);
+
+    EXPECT_EQ(plan_route(with_lanes(facts(memory_kind::managed, {}))).chosen.how, mover::staged);
+
+    plan_facts direct = with_lanes(facts(memory_kind::device, {}));
+    direct.direct_io = direct_io_mode::on;
+    EXPECT_EQ(plan_route(direct).chosen.how, mover::staged) << "the lanes read buffered";
+
+    plan_facts off = with_lanes(facts(memory_kind::device, {}));
+    off.lane_threshold = lanes_off;
+    EXPECT_EQ(plan_route(off).chosen.how, mover::staged);
+
+    plan_facts on = with_lanes(facts(memory_kind::device, {}));
+    on.gds = gds_mode::on;
+    on.offers_cufile = false;  // staged (and refused), never the lanes: cuFile only
+    EXPECT_NE(plan_route(on).chosen.how, mover::lanes);
+}
+
 TEST(planner, every_code_has_a_name) {
     for (int c = 0; c <= static_cast<int>(reason_code::no_gpu); ++c)
         EXPECT_STRNE(to_string(static_cast<reason_code>(c)), "?");

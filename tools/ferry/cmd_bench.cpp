@@ -52,6 +52,8 @@ struct bench_args {
     std::vector<std::string> task_sizes;
     std::vector<std::string> buffer_sizes;
     std::vector<std::size_t> buffers;
+    std::vector<std::size_t> lanes;
+    std::vector<std::string> lane_sizes;
     std::vector<std::string> paths;
     int repeat = 3;
     bool cold = false;
@@ -71,6 +73,7 @@ struct row {
     io_stats io;
     std::uint64_t buffer_size = 0;  // staging, for ferry rows
     std::size_t buffers = 0;
+    bool lanes = false;             // buffer_size and buffers describe stream lanes
 };
 
 double median(std::vector<double> v) {
@@ -96,6 +99,8 @@ struct path_config {
     gds_mode gds;
     direct_io_mode direct;
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
+    std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
+    bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
 };
 
 int run_bench(bench_args a) {
@@ -115,14 +120,29 @@ int run_bench(bench_args a) {
     for (const auto& t : a.buffer_sizes) buffer_sizes.push_back(parse_bytes(t, "--buffer-size"));
     if (buffer_sizes.empty()) buffer_sizes = {base.staging_buffer_size};
     if (a.buffers.empty()) a.buffers = {base.staging_buffers};
+    std::vector<std::uint64_t> lane_sizes;
+    for (const auto& t : a.lane_sizes) lane_sizes.push_back(parse_bytes(t, "--lane-size"));
+    if (lane_sizes.empty()) lane_sizes = {base.lane_buffer_size};
+    if (a.lanes.empty()) a.lanes = {base.stream_lanes};
     if (!gpu) {  // reads into host memory use no staging buffers: nothing to sweep
         buffer_sizes.resize(1);
         a.buffers.resize(1);
     }
+    // What each path sweeps besides threads and tasks: the workers' staging buffers, or for the
+    // stream lanes their buffer size and count.
+    struct staging_variant {
+        std::uint64_t size;
+        std::size_t count;
+    };
+    std::vector<staging_variant> buffer_variants, lane_variants;
+    for (std::uint64_t bs : buffer_sizes)
+        for (std::size_t nb : a.buffers) buffer_variants.push_back({bs, nb});
+    for (std::uint64_t ls : lane_sizes)
+        for (std::size_t nl : a.lanes) lane_variants.push_back({ls, nl});
     std::size_t max_threads = a.threads.back();
 
     std::vector<path_config> configs;
-    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "staged+direct", "cufile"}
+    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
                                        : std::vector<std::string>{"host", "direct"};
     for (auto p : a.paths) {
         // Into host memory the staged routes are plain host reads: name the rows by what they do.
@@ -131,12 +151,14 @@ int run_bench(bench_args a) {
         if (p == "staged" || p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off});
         else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
         else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
-        else if (p == "auto") configs.push_back({p, base.gds, base.direct_io});
-        else if (p == "stream") {
-            if (cuda_device_count() == 0) throw usage_error("--paths stream: " + cuda_unavailable_reason());
-            configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
+        else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, false, base.lane_threshold});
+        else if (p == "stream" || p == "lanes") {
+            if (!gpu) throw usage_error("--paths " + p + ": the stream lanes serve GPU memory only");
+            if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
+            else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0});
         } else
-            throw usage_error("--paths: unknown path " + p + " (staged, staged+direct, cufile, host, direct, auto, stream)");
+            throw usage_error("--paths: unknown path " + p +
+                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream)");
     }
 
     scratch_files scratch;
@@ -169,8 +191,11 @@ int run_bench(bench_args a) {
 
     std::vector<row> rows;
     progress bar;
-    bar.total = 2 + static_cast<int>(configs.size() * a.threads.size() * tasks.size() * buffer_sizes.size() * a.buffers.size()) +
-                (a.write ? 4 : 0);
+    int points = 0;
+    for (const auto& pc : configs)
+        points += static_cast<int>(a.threads.size() * tasks.size() *
+                                   (pc.lanes() ? lane_variants.size() : buffer_variants.size()));
+    bar.total = 2 + points + (a.write ? 4 : 0);
     auto prepare = [&] {
         if (a.cold) evict(a.path);
         else warm(a.path, size, max_threads);
@@ -213,8 +238,7 @@ int run_bench(bench_args a) {
         bool slow = false;
         for (std::size_t th : a.threads)
             for (std::uint64_t ts : tasks)
-                for (std::uint64_t bs : buffer_sizes)
-                    for (std::size_t nb : a.buffers) {
+                for (const staging_variant& v : pc.lanes() ? lane_variants : buffer_variants) {
                         if (slow) {
                             bar.step(pc.name + " (slow: one point)");
                             continue;
@@ -222,11 +246,17 @@ int run_bench(bench_args a) {
                         settings s = base;
                         s.threads = th;
                         s.task_size = ts;
-                        s.staging_buffer_size = bs;
-                        s.staging_buffers = nb;
+                        if (pc.lanes()) {
+                            s.lane_buffer_size = v.size;
+                            s.stream_lanes = v.count;
+                        } else {
+                            s.staging_buffer_size = v.size;
+                            s.staging_buffers = v.count;
+                        }
                         s.gds = pc.gds;
                         s.direct_io = pc.direct;
                         s.gds_threshold = 0;
+                        s.lane_threshold = pc.lane_threshold;
                         std::optional<ferry::file> f;
                         std::optional<ferry::stream> st;
                         auto read_all = [&](std::uint64_t n) {
@@ -251,8 +281,9 @@ int run_bench(bench_args a) {
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
                         if (gpu) {  // host reads use no staging buffers
-                            r.buffer_size = bs;
-                            r.buffers = nb;
+                            r.buffer_size = v.size;
+                            r.buffers = v.count;
+                            r.lanes = pc.lanes();
                         }
                         rows.push_back(r);
                         best_so_far = std::max(best_so_far, r.gbps);
@@ -337,7 +368,10 @@ int run_bench(bench_args a) {
         for (const auto& r : rows) {
             nlohmann::json e{{"kind", r.kind}, {"name", r.name}, {"threads", r.threads}, {"task_size", r.task_size},
                              {"write", r.is_write}, {"gbps", r.gbps}, {"seconds", r.seconds}};
-            if (r.buffers) {
+            if (r.buffers && r.lanes) {
+                e["lane_buffer_size"] = r.buffer_size;
+                e["stream_lanes"] = r.buffers;
+            } else if (r.buffers) {
                 e["staging_buffer_size"] = r.buffer_size;
                 e["staging_buffers"] = r.buffers;
             }
@@ -354,7 +388,10 @@ int run_bench(bench_args a) {
         if (best) {
             j["best_read"] = {{"name", best->name}, {"threads", best->threads}, {"task_size", best->task_size},
                               {"gbps", best->gbps}};
-            if (best->buffers) {
+            if (best->buffers && best->lanes) {
+                j["best_read"]["lane_buffer_size"] = best->buffer_size;
+                j["best_read"]["stream_lanes"] = best->buffers;
+            } else if (best->buffers) {
                 j["best_read"]["staging_buffer_size"] = best->buffer_size;
                 j["best_read"]["staging_buffers"] = best->buffers;
             }
@@ -369,7 +406,8 @@ int run_bench(bench_args a) {
                 pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
     for (const auto& r : rows) {
         std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
-        if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
+        if (r.buffers && r.lanes) name += " [" + std::to_string(r.buffers) + " lanes, 2x" + human_bytes(r.buffer_size) + "]";
+        else if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
         char vs_pread[16] = "", vs_pcie[16] = "", vs_naive[16] = "";
         if (r.kind == "ferry") {
             double base_gbps = r.is_write ? pwrite_gbps : pread_gbps;
@@ -381,7 +419,10 @@ int run_bench(bench_args a) {
                     r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "", r.gbps, vs_pread,
                     vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
     }
-    if (best && best->buffers)
+    if (best && best->buffers && best->lanes)
+        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %.2f GB/s\n", best->name.c_str(),
+                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(), best->gbps);
+    else if (best && best->buffers)
         std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %.2f GB/s\n",
                     best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
                     human_bytes(best->buffer_size).c_str(), best->gbps);
@@ -405,7 +446,9 @@ void add_bench_command(CLI::App& app) {
     c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
     c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
     c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
-    c->add_option("--paths", a->paths, "paths: staged, staged+direct, cufile, host, direct, auto, stream (read_async on a CUDA stream)")->delimiter(',');
+    c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
+    c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");

@@ -9,6 +9,7 @@ std::string_view to_string(mover m) {
         case mover::host: return "host";
         case mover::staged: return "staged";
         case mover::device_dma: return "device-dma";
+        case mover::lanes: return "lanes";
     }
     return "?";
 }

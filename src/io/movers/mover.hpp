@@ -2,8 +2,11 @@
 //   host:       the source reads into or writes from host memory (through the worker's staging
 //               buffers when the source needs alignment, as O_DIRECT does);
 //   staged:     source <-> pinned staging buffers <-> GPU memory, pipelined (staged_mover.cpp);
-//   device_dma: the source moves bytes to and from GPU memory itself (cuFile).
-// Each call moves one task's piece of a request on the calling worker.
+//   device_dma: the source moves bytes to and from GPU memory itself (cuFile);
+//   lanes:      a large read into GPU memory through the engine's stream lanes: few, large
+//               copies, each from a pinned buffer that many workers fill (io/stream_ordered.cpp).
+// Each call of the functions below moves one task's piece of a request on the calling worker;
+// a request through the lanes is laid out whole on the lanes' streams instead.
 #pragma once
 
 #include <cstddef>
@@ -15,9 +18,9 @@
 
 namespace ferry::detail {
 
-enum class mover { host, staged, device_dma };
+enum class mover { host, staged, device_dma, lanes };
 
-/// "host", "staged", "device-dma".
+/// "host", "staged", "device-dma", "lanes".
 std::string_view to_string(mover m);
 
 enum class direction { read, write };
