@@ -141,45 +141,63 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (o.progress) o.progress(done_bytes, d.plan.bytes_read);
     };
 
-    // In-place reads, merged where file ranges and destinations are both contiguous.
+    // In-place reads (whole tensors, slices, row segments and spans of tensors that need no
+    // conversion): gathers of the I/O scheduler, plain ranges merged where file ranges and
+    // destinations are both contiguous. Cut into batches of one shard and about batch_bytes,
+    // submitted at once and awaited in order, so that progress moves and an I/O error names
+    // the tensors of its batch only.
     struct direct_req {
-        range_request r;
+        gather_request g;
         std::size_t t;
     };
     std::vector<direct_req> direct;
-    std::vector<strided_request> direct_strided;  // host row segments, straight into place
-    std::vector<std::size_t> strided_tensor;
     for (std::size_t i = 0; i < n; ++i) {
         const geometry& g = geo[i];
         if (g.staged || g.seg_bytes == 0) continue;
         unsigned char* dst = dst_of(i);
-        if (g.rows == 1) {
-            direct.push_back({{g.file, g.offset, g.seg_bytes, dst}, i});
-        } else {
-            direct_strided.push_back({g.file, g.offset, g.seg_bytes, g.row_bytes, g.rows, dst});
-            strided_tensor.push_back(i);
-        }
+        if (g.rows == 1) direct.push_back({{g.file, g.offset, 1, g.seg_bytes, g.seg_bytes, dst, false}, i});
+        else
+            direct.push_back({{g.file, g.offset, g.rows, g.row_bytes, g.seg_bytes, dst, plans[i].route == read_route::span}, i});
     }
     std::sort(direct.begin(), direct.end(), [](const auto& a, const auto& b) {
-        return std::tie(a.r.file, a.r.offset) < std::tie(b.r.file, b.r.offset);
+        return std::tie(a.g.file, a.g.offset) < std::tie(b.g.file, b.g.offset);
     });
-    std::vector<range_request> merged;
+    std::vector<gather_request> merged;
     std::vector<std::vector<std::size_t>> merged_tensors;
     for (const auto& dr : direct) {
-        if (!merged.empty()) {
-            range_request& m = merged.back();
-            if (m.file == dr.r.file && m.offset + m.length == dr.r.offset &&
-                static_cast<unsigned char*>(m.dst) + m.length == dr.r.dst) {
-                m.length += dr.r.length;
+        if (!merged.empty() && dr.g.rows == 1) {
+            gather_request& m = merged.back();
+            if (m.rows == 1 && m.file == dr.g.file && m.offset + m.width == dr.g.offset &&
+                static_cast<unsigned char*>(m.dst) + m.width == dr.g.dst) {
+                m.width += dr.g.width;
+                m.pitch = m.width;
                 if (merged_tensors.back().back() != dr.t) merged_tensors.back().push_back(dr.t);
                 continue;
             }
         }
-        merged.push_back(dr.r);
+        merged.push_back(dr.g);
         merged_tensors.push_back({dr.t});
     }
-    for (std::size_t k = 0; k < direct_strided.size(); ++k) merged_tensors.push_back({strided_tensor[k]});
-    for (const auto& ts : merged_tensors)
+    constexpr std::uint64_t batch_bytes = 512ull << 20;
+    std::vector<std::vector<gather_request>> direct_batches;
+    std::vector<std::vector<std::size_t>> batch_tensors;
+    std::vector<std::uint64_t> batch_read;
+    {
+        std::uint64_t in_batch = batch_bytes;
+        for (std::size_t k = 0; k < merged.size(); ++k) {
+            if (in_batch >= batch_bytes || (k > 0 && merged[k].file != merged[k - 1].file)) {
+                direct_batches.emplace_back();
+                batch_tensors.emplace_back();
+                batch_read.push_back(0);
+                in_batch = 0;
+            }
+            direct_batches.back().push_back(merged[k]);
+            for (std::size_t t : merged_tensors[k]) batch_tensors.back().push_back(t);
+            batch_read.back() += merged[k].bytes_read();
+            in_batch += merged[k].bytes_read();
+        }
+    }
+    for (const auto& ts : batch_tensors)
         for (std::size_t t : ts) ++left[t];
 
     // Pieces through temporaries.
@@ -198,7 +216,9 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (first_read < 0) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
     };
     mark_first();
-    range_batch direct_batch = reader.submit(merged, direct_strided);
+    std::vector<range_batch> direct_inflight;
+    direct_inflight.reserve(direct_batches.size());
+    for (const auto& b : direct_batches) direct_inflight.push_back(reader.submit(b));
 
     std::uint64_t hold_bytes = 0;
     std::uint64_t device_temp = 0;
@@ -352,14 +372,14 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (gpu) kernels::synchronize(o.stream, o.where.device);
     }
 
-    std::vector<std::exception_ptr> errs = direct_batch.wait([&](std::size_t k) {
-        for (std::size_t t : merged_tensors[k]) --left[t];
-        progress(k < merged.size() ? merged[k].length
-                                   : direct_strided[k - merged.size()].length * direct_strided[k - merged.size()].count);
-    });
-    for (std::size_t k = 0; k < errs.size(); ++k)
-        if (errs[k])
-            for (std::size_t t : merged_tensors[k]) fail(t, errs[k]);
+    for (std::size_t b = 0; b < direct_inflight.size(); ++b) {
+        std::vector<std::exception_ptr> errs = direct_inflight[b].wait([&](std::size_t) {
+            for (std::size_t t : batch_tensors[b]) --left[t];
+            progress(batch_read[b]);
+        });
+        if (errs[0])
+            for (std::size_t t : batch_tensors[b]) fail(t, errs[0]);
+    }
 
     if (first_error) {
         std::vector<std::string> complete, incomplete;

@@ -222,8 +222,9 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
                           : segments ? "skipping costs more than a request, read each segment"
                                      : "a request costs more than the skipped bytes, read the span and gather");
             p.reason = why;
-            // Host segments without conversion land in place; everything else is staged.
-            g.staged = !segments || p.convert || g.where.on_gpu();
+            // Without conversion the rows land in place (gathers: io/scheduler.hpp); only a
+            // conversion needs temporaries.
+            g.staged = p.convert;
         }
         g.out_seg_bytes = g.seg_bytes / item * size_of(to);
         p.bytes_read = p.route == read_route::span ? (g.rows - 1) * g.row_bytes + g.seg_bytes : g.rows * g.seg_bytes;

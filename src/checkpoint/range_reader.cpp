@@ -5,6 +5,8 @@
 #include <memory>
 #include <thread>
 
+#include "io/file_impl.hpp"
+#include "io/scheduler.hpp"
 #include "io/thread_pool.hpp"
 
 namespace ferry::checkpoints {
@@ -21,6 +23,29 @@ constexpr std::uint64_t min_group_bytes = 1 << 20;
 range_reader::range_reader(const std::vector<std::string>& paths) {
     files_.reserve(paths.size());
     for (const auto& p : paths) files_.emplace_back(p, open_mode::read);
+}
+
+range_batch range_reader::submit(const std::vector<gather_request>& gathers) {
+    range_batch b;
+    b.requests_ = 1;
+    std::vector<detail::gather> g;
+    g.reserve(gathers.size());
+    try {
+        if (impls_.empty())
+            for (const auto& f : files_) impls_.push_back(std::make_shared<detail::file_impl>(f.path(), open_mode::read, f.config()));
+        for (const auto& r : gathers) {
+            g.push_back({impls_.at(r.file), r.offset, r.rows, r.pitch, r.width, r.dst, r.span});
+            bytes_ += r.bytes_read();
+            count_ += r.span ? 1 : r.rows;
+        }
+        b.pending_.push_back(detail::submit_gathers(g));
+    } catch (...) {
+        std::promise<std::size_t> failed;
+        failed.set_exception(std::current_exception());
+        b.pending_.push_back(failed.get_future());
+    }
+    b.owner_.push_back(0);
+    return b;
 }
 
 range_reader::~range_reader() = default;

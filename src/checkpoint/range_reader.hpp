@@ -1,9 +1,9 @@
 // The one seam between checkpoint loads and the I/O engine: "read these byte ranges of these
-// files into these destinations, as one batch". Today a plain range is a file::read_async on the
-// engine's shared worker pool (which splits large ranges across its threads and stages GPU
-// destinations through its pinned lanes), and a strided range (equal row segments of a sliced
-// tensor) is split into groups of rows read by the reader's own segment threads, each segment a
-// pread on that thread; moving both to a batch scheduler changes this file only.
+// files into these destinations, as one batch". The reads that land in place (whole tensors,
+// slices, row segments, spans picked apart on the way) are gathers of the I/O scheduler
+// (io/scheduler.hpp), one request for all shards. The pieces of converted tensors go to
+// temporaries: a plain range is a file::read_async on the engine's shared worker pool, and a
+// strided range is split into groups of rows read by the reader's own segment threads.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 
 namespace ferry::detail {
 class thread_pool;
+class file_impl;
 }
 
 namespace ferry::checkpoints {
@@ -39,6 +40,20 @@ struct strided_request {
     std::uint64_t pitch = 0;
     std::uint64_t count = 0;
     void* dst = nullptr;
+};
+
+/// Rows of a file landing packed in memory (see detail::gather): the reads of tensors that land
+/// in place, whole or sliced. All of one batch go to host memory or to one GPU.
+struct gather_request {
+    std::size_t file = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t rows = 1;
+    std::uint64_t pitch = 0;
+    std::uint64_t width = 0;
+    void* dst = nullptr;
+    bool span = false;  ///< read the enclosing span and pick the rows out of it
+    /// File bytes this request reads.
+    std::uint64_t bytes_read() const noexcept { return span ? (rows - 1) * pitch + width : rows * width; }
 };
 
 /// One batch in flight. wait() returns, per request (the plain ones, then the strided ones),
@@ -68,6 +83,10 @@ public:
     /// Starts every request at once; returns without waiting.
     range_batch submit(const std::vector<range_request>& requests,
                        const std::vector<strided_request>& strided = {});
+    /// Starts a gather of many rows of many files as one request of the I/O scheduler
+    /// (io/scheduler.hpp: into GPU memory, through the stream lanes); its wait() reports one
+    /// request.
+    range_batch submit(const std::vector<gather_request>& gathers);
     std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
     /// File reads issued (a strided request counts its segments).
     std::size_t requests() const noexcept { return count_.load(); }
@@ -76,6 +95,7 @@ private:
     detail::thread_pool& segment_pool();
 
     std::vector<file> files_;
+    std::vector<std::shared_ptr<detail::file_impl>> impls_;  ///< the same files, for gathers
     std::unique_ptr<detail::thread_pool> segment_pool_;
     std::atomic<std::uint64_t> bytes_{0};
     std::atomic<std::size_t> count_{0};
