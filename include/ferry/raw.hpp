@@ -25,6 +25,16 @@ FERRY_EXPORT array fromfile(const std::string& path, typed_order type, std::int6
                std::uint64_t offset = 0, const std::vector<std::int64_t>& shape = {},
                const load_options& options = {});
 
+/// fromfile into the caller's array `out` (any memory; C-contiguous; of `type`'s dtype): no
+/// allocation. count -1 reads out's element count, which must fit in the file after `offset`;
+/// an explicit count must equal it. A byte order other than native is swapped in place (on
+/// the GPU for device memory) unless options.keep_byte_order. options.as and options.c_order
+/// would need other storage: refused with usage_error, as is a mismatch of dtype or size.
+/// Returns a view of `out` (in the file's byte order when it was kept).
+FERRY_EXPORT array fromfile_into(const std::string& path, typed_order type, const array& out,
+                                 std::int64_t count = -1, std::uint64_t offset = 0,
+                                 const load_options& options = {});
+
 /// Writes the elements of `a` in C order, in the array's byte order, and nothing else (as
 /// ndarray.tofile), atomically.
 FERRY_EXPORT void tofile(const array& a, const std::string& path);

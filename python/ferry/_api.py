@@ -45,7 +45,8 @@ def _is_url(path: str) -> bool:
 
 
 def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
-             shape: Sequence[int] | None = None, device: Any = None, like: Any = None):
+             shape: Sequence[int] | None = None, device: Any = None, like: Any = None,
+             out: Any = None):
     """Reads a raw binary file into host or GPU memory, as ``numpy.fromfile`` does.
 
     ``file`` is a path, a URL (``http://``, ``https://``, ``s3://bucket/key``) or an open file; an open file is read from its current position
@@ -59,6 +60,12 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
     On a GPU the bytes are read straight into device memory and byte-swapped there when the
     dtype asks for another byte order; host results keep the file's byte order, like numpy.
 
+    ``out`` (an existing C-contiguous array or tensor of ``dtype``: numpy, CuPy, PyTorch, JAX
+    or ferry, host or GPU) receives the items in its own memory, with no allocation, and is
+    returned; ``count`` -1 then means its size. ``device``, ``like`` and ``shape`` follow it
+    and may not be given. A numpy ``out`` keeps the file's byte order; GPU memory is made
+    native in place.
+
     >>> import numpy as np, ferry
     >>> np.arange(6, dtype=np.float32).tofile("/tmp/x.bin")
     >>> ferry.fromfile("/tmp/x.bin", dtype=np.float32, count=4)
@@ -66,6 +73,9 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
     >>> x = ferry.fromfile("/tmp/x.bin", np.float32, device="cuda")  # doctest: +SKIP
     """
     text, itemsize = dtype_text(dtype)
+    if out is not None and (device is not None or like is not None or shape is not None):
+        raise UsageError("fromfile: out= decides the device, the library and the shape; "
+                         "pass device=, like= or shape= without it")
     dev, lib = target(device, like)
     path = fspath(file)
     fobj = None
@@ -74,6 +84,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         fd = _fd_of(file)
         if fd is None:
             # A file-like object without a descriptor (BytesIO): numpy's own reader decides.
+            if out is not None:
+                raise UsageError("fromfile: out= needs a path, a URL or a file with a descriptor")
             arr = np.fromfile(file, dtype=dtype, count=count, offset=offset)
             return _from_host(arr, dev, lib)
         if hasattr(file, "flush"):
@@ -89,6 +101,23 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
     if start < 0 or start > size:
         raise UsageError("offset %d is outside the file (%d bytes)" % (start, size))
     available = (size - start) // itemsize
+    if out is not None:
+        if isinstance(out, np.ndarray):
+            if not out.flags.c_contiguous:
+                raise UsageError("fromfile: out= must be C-contiguous")
+            try:
+                want = np.dtype(dtype)
+            except TypeError:
+                want = None  # ferry's own names (bfloat16, float8): checked by the extension
+            if want is not None and out.dtype != want:
+                raise UsageError("fromfile: out= has dtype %s, not %s (its byte order included)"
+                                 % (out.dtype.str, want.str))
+        a = as_ferry(out)
+        keep = isinstance(out, np.ndarray) or (not is_gpu(a.device) and isinstance(out, _ferry.Array))
+        _ferry.fromfile_into(path, text, a, int(count), start, keep)
+        if fobj is not None:
+            fobj.seek(start + a.nbytes)
+        return out
     if shape is not None:
         shape = [int(d) for d in (shape if isinstance(shape, Sequence) else (shape,))]
         want = math.prod(shape)

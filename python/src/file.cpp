@@ -177,6 +177,17 @@ nb::dict stats_dict(const io_stats& s) {
     d["read"] = read;
     d["write"] = write;
     d["fallbacks"] = fallbacks;
+    // The same bytes by source and mover ("posix"/"lanes", "http"/"staged", ...).
+    nb::list routes;
+    for (const auto& r : s.routes) {
+        nb::dict e;
+        e["source"] = r.source;
+        e["mover"] = r.mover;
+        e["read"] = counters_dict(r.read);
+        e["write"] = counters_dict(r.write);
+        routes.append(e);
+    }
+    d["routes"] = routes;
     return d;
 }
 

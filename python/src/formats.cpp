@@ -62,6 +62,21 @@ void bind_formats(nb::module_& m) {
         "`offset` bytes into the file, into `device` memory.");
 
     m.def(
+        "fromfile_into",
+        [](const std::filesystem::path& path, const std::string& type, const array& out, std::int64_t count,
+           std::uint64_t offset, bool keep_byte_order) {
+            typed_order t = parse_dtype(type);
+            load_options o;
+            o.keep_byte_order = keep_byte_order;
+            std::string p = path.string();
+            nb::gil_scoped_release nogil;
+            return fromfile_into(p, t, out, count, offset, o);
+        },
+        "path"_a, "dtype"_a, "out"_a, "count"_a = -1, "offset"_a = 0, "keep_byte_order"_a = false,
+        "Reads the items of `out` (count -1: all of them) starting `offset` bytes into the file,\n"
+        "into out's own memory (no allocation); returns a view of it.");
+
+    m.def(
         "load",
         [](const std::filesystem::path& path, const std::string& device,
            std::vector<std::string> names, std::optional<std::string> as,

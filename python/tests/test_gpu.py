@@ -28,6 +28,44 @@ def test_fromfile_to_gpu_returns_cupy(cupy, data):
     assert ferry.stats()["bytes_read"] >= a.nbytes
 
 
+def test_fromfile_out_on_the_gpu(cupy, torch, tmp_path):
+    # Into the caller's tensor, no allocation: native as it is, big-endian swapped in place.
+    p = tmp_path / "x.bin"
+    a = np.arange(1 << 22, dtype=np.float32)
+    a.tofile(p)
+    out = torch.full((1 << 22,), -1.0, device="cuda")
+    assert ferry.fromfile(p, np.float32, out=out) is out
+    np.testing.assert_array_equal(out.cpu().numpy(), a)
+    a.astype(">f4").tofile(p)
+    c = cupy.zeros((1 << 10, 1 << 12), np.float32)
+    ferry.fromfile(p, ">f4", out=c)
+    np.testing.assert_array_equal(cupy.asnumpy(c).ravel(), a)
+    with pytest.raises(ferry.UsageError, match="dtype"):
+        ferry.fromfile(p, ">f4", out=torch.zeros(10, dtype=torch.int32, device="cuda"))
+
+
+def test_large_reads_take_the_stream_lanes(cupy, tmp_path):
+    # At or above FERRY_LANE_THRESHOLD a read into GPU memory goes through the stream lanes,
+    # byte-exact, counted on the lanes route; below it through the workers' own buffers.
+    p = tmp_path / "x.bin"
+    a = np.random.default_rng(7).integers(0, 255, size=(40 << 20) + 4099, dtype=np.uint8)
+    a.tofile(p)
+    with ferry.settings(lane_threshold="8M", lane_buffer_size="1M"):
+        ferry.reset_stats()
+        x = ferry.fromfile(p, np.uint8, device="cuda")
+        assert np.array_equal(cupy.asnumpy(x), a)
+        routes = {(r["source"], r["mover"]): r for r in ferry.stats().get("routes", [])}
+        assert routes[("posix", "lanes")]["read"]["bytes"] == a.nbytes, routes
+        y = ferry.fromfile(p, np.uint8, count=(8 << 20) - 1, device="cuda")
+        assert np.array_equal(cupy.asnumpy(y), a[: (8 << 20) - 1])
+        assert ferry.stats()["routes"] and ("posix", "staged") in {
+            (r["source"], r["mover"]) for r in ferry.stats()["routes"]}
+    with ferry.settings(lane_threshold="off"):
+        ferry.reset_stats()
+        ferry.fromfile(p, np.uint8, device="cuda")
+        assert ("posix", "lanes") not in {(r["source"], r["mover"]) for r in ferry.stats().get("routes", [])}
+
+
 @pytest.mark.parametrize("name,order", CASES)
 def test_fromfile_gpu_every_dtype(cupy, tmp_path, name, order):
     dt = np.dtype(name).newbyteorder(order) if order != "|" else np.dtype(name)

@@ -81,6 +81,42 @@ def test_fromfile_shape_and_short_counts(tmp_path):
         ferry.fromfile(p, np.int32, offset=1000)
 
 
+def test_fromfile_out_reads_into_the_callers_array(tmp_path):
+    p = tmp_path / "x.bin"
+    a = np.arange(1000, dtype=np.float32)
+    a.tofile(p)
+    out = np.full(1000, -1, np.float32)
+    assert ferry.fromfile(p, np.float32, out=out) is out
+    np.testing.assert_array_equal(out, a)
+    part = np.zeros(10, np.float32)
+    ferry.fromfile(p, np.float32, count=10, offset=40, out=part)
+    np.testing.assert_array_equal(part, a[10:20])
+    big = np.zeros((4, 5), ">f4")  # numpy keeps the file's byte order, as asked
+    a.astype(">f4").tofile(p)
+    ferry.fromfile(p, ">f4", out=big)
+    np.testing.assert_array_equal(big.ravel(), a[:20])
+    with open(p, "rb") as f:  # an open file moves past what was read
+        f.read(8)
+        part = np.zeros(10, ">f4")
+        ferry.fromfile(f, ">f4", out=part)
+        assert f.tell() == 8 + part.nbytes
+        np.testing.assert_array_equal(part, a[2:12])
+    # Refused, with nothing read: another dtype, another byte order, a count that differs, a
+    # view that is not contiguous, too few items left in the file, device= beside out=.
+    with pytest.raises(ferry.UsageError, match="dtype"):
+        ferry.fromfile(p, ">f4", out=np.zeros(10, np.int32))
+    with pytest.raises(ferry.UsageError, match="byte order"):
+        ferry.fromfile(p, ">f4", out=np.zeros(10, "<f4"))
+    with pytest.raises(ferry.UsageError, match="count"):
+        ferry.fromfile(p, ">f4", count=3, out=np.zeros(10, ">f4"))
+    with pytest.raises(ferry.UsageError, match="contiguous"):
+        ferry.fromfile(p, ">f4", out=np.zeros((10, 10), ">f4")[:, 1])
+    with pytest.raises(ValueError, match="past the end"):
+        ferry.fromfile(p, ">f4", out=np.zeros(2000, ">f4"))
+    with pytest.raises(ferry.UsageError, match="out="):
+        ferry.fromfile(p, ">f4", out=np.zeros(10, ">f4"), device="cpu")
+
+
 def test_fromfile_open_file_position(tmp_path):
     p = tmp_path / "x.bin"
     a = np.arange(100, dtype=np.float64)

@@ -54,6 +54,38 @@ array fromfile(const std::string& path, typed_order type, std::int64_t count, st
     return formats::deserialize(std::move(raw), options);
 }
 
+array fromfile_into(const std::string& path, typed_order type, const array& out, std::int64_t count,
+                    std::uint64_t offset, const load_options& options) {
+    if (count < -1) throw usage_error("count must be -1 (out's size) or >= 0");
+    if (options.as) throw usage_error(path + ": out= receives the file's items as they are; a dtype conversion needs other storage");
+    if (options.c_order) throw usage_error(path + ": out= receives the file's items in C order already");
+    if (out.type() != type.type)
+        throw usage_error(path + ": out= holds " + std::string(to_string(out.type())) + ", the items are " +
+                          std::string(to_string(type.type)));
+    if (out.layout() != storage_order::c && !out.is_c_and_fortran())
+        throw usage_error(path + ": out= must be C-contiguous");
+    const std::uint64_t items = out.size();
+    if (count != -1 && static_cast<std::uint64_t>(count) != items)
+        throw usage_error(path + ": count " + std::to_string(count) + " does not match out='s " + std::to_string(items) +
+                          " items");
+    file f(path, open_mode::read);
+    const std::uint64_t size = f.size();
+    const std::uint64_t item = size_of(type.type);
+    if (offset > size)
+        throw format_error(path, "offset",
+                           "offset " + std::to_string(offset) + " is beyond the end of the " +
+                               std::to_string(size) + "-byte file");
+    if (items > (size - offset) / item)
+        throw format_error(path, "count",
+                           std::to_string(items) + " items of " + std::to_string(item) +
+                               " bytes run past the end of the file (" + std::to_string(size - offset) +
+                               " bytes after offset " + std::to_string(offset) + ")");
+    if (out.nbytes() > 0) f.read(out.data(), out.nbytes(), offset);
+    array view(out.owner(), out.data(), type.type, out.shape(), out.where(), storage_order::c, type.order);
+    if (options.keep_byte_order) return view;
+    return to_native_in_place(view, options.stream);
+}
+
 void tofile(const array& a, const std::string& path) {
     array c = to_c_order(a);
     formats::save_atomically(path, [&](const file& out) {

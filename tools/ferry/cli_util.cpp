@@ -35,6 +35,11 @@ nlohmann::json io_json(const io_stats& s) {
         for (const auto& [reason, n] : s.fallbacks) f[reason] = n;
         j["fallbacks"] = f;
     }
+    // The same bytes by source and mover: {"posix lanes": bytes, ...}.
+    nlohmann::json routes = nlohmann::json::object();
+    for (const auto& r : s.routes)
+        if (r.read.bytes + r.write.bytes) routes[r.source + " " + r.mover] = r.read.bytes + r.write.bytes;
+    if (!routes.empty()) j["routes"] = routes;
     return j;
 }
 
