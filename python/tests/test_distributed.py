@@ -1,4 +1,5 @@
-"""Distributed checkpoint loads: the group plan's tables, then real processes (2 and 3 ranks)
+"""Distributed checkpoint loads: the group plan's tables (the plan is libferry's plan_group; the
+same cases run as GoogleTest tables in tests/distributed/group_plan_test.cpp), then real processes (2 and 3 ranks)
 joined by torch.distributed's gloo backend on 127.0.0.1, loading a checkpoint written by
 huggingface_hub and safetensors, checked byte for byte on every rank; byte counters prove that
 each replicated byte was read once across the group and each rank read only its slices; a rank
@@ -139,6 +140,42 @@ def test_plan_is_the_same_for_the_same_inputs_in_any_order():
     assert p1 == p2
     _covered(p1, tensors)
     assert max(p1.read_bytes) - min(p1.read_bytes) <= 2 * 66
+
+
+def test_plan_two_nodes_go_across_once_then_within():
+    tensors = _file([("embed", (512, 64))] + [("norm%d" % i, (96,)) for i in range(6)])
+    plan = plan_group(tensors, 4, layout=Layout.uniform(4, 2), chunk_bytes=16 << 10)
+    _covered(plan, tensors)
+    # The group, node 0, node 1, then one subgroup per local index (a rail across the nodes).
+    assert plan.subgroups == ((0, 1, 2, 3), (0, 1), (2, 3), (0, 2), (1, 3))
+    assert "2 nodes of 2 ranks" in plan.collectives
+    for c in plan.chunks:
+        assert c.broadcasts and c.broadcasts[0].stage == 0
+        for b in c.broadcasts:
+            if b.stage == 0:
+                assert b.root == c.pieces[b.piece].reader and b.subgroup in (3, 4)
+            else:
+                assert b.stage == 1 and b.subgroup in (1, 2)
+    # Each byte enters each node once: a node receives from the other what the other read.
+    for node in (0, 1):
+        own = plan.read_bytes[2 * node] + plan.read_bytes[2 * node + 1]
+        across = plan.bytes_from_other_nodes[2 * node] + plan.bytes_from_other_nodes[2 * node + 1]
+        assert across == plan.replicated_bytes - own
+    assert all(plan.bytes_received[r] == plan.replicated_bytes - plan.read_bytes[r]
+               for r in range(4))
+
+
+def test_plan_once_per_node_reads_everything_on_each_node():
+    tensors = _file([("embed", (300, 32))] + [("norm%d" % i, (50,)) for i in range(5)])
+    plan = plan_group(tensors, 4, layout=Layout(["a", "b", "a", "b"]), chunk_bytes=4096,
+                      replicated="node")
+    assert plan.subgroups == ((0, 1, 2, 3), (0, 2), (1, 3))
+    r = plan.read_bytes
+    assert r[0] + r[2] == r[1] + r[3] == plan.replicated_bytes
+    assert plan.bytes_from_other_nodes == (0, 0, 0, 0)
+    assert all(plan.bytes_received[k] == plan.replicated_bytes - r[k] for k in range(4))
+    with pytest.raises(ferry.UsageError, match="replicated"):
+        plan_group(tensors, 4, layout=Layout(["a", "b", "a", "b"]), replicated="rack")
 
 
 def test_plan_rejects_a_bad_world_and_layout():
