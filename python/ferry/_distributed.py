@@ -4,9 +4,11 @@ replicated tensors on every rank. See docs/design/distributed.md.
 
 The steps of one load, on every rank of the group:
 
-1. open the checkpoint headers and compute the group plan (ferry._group_plan, a pure
-   function: every rank gets the same plan); an agreement step (one all_reduce) checks that
-   every rank opened it and planned the same thing;
+1. open the checkpoint headers and compute the group plan (ferry._group_plan over libferry's
+   plan_group, a pure function: every rank gets the same plan); an agreement step (one
+   all_reduce) checks that every rank opened it and planned the same thing; with a layout of
+   several nodes, the plan's subgroups (one per node, one per local index) become process
+   groups;
 2. a reader thread reads chunk i+1 of the replicated bytes (this rank's pieces only, through
    load_checkpoint's dim slices into the final tensors) while the main thread runs chunk i's
    agreement and broadcasts (overlap); the sliced tensors are read last, behind the last
@@ -14,7 +16,8 @@ The steps of one load, on every rank of the group:
 3. before each chunk's broadcasts, an all_reduce of every rank's status: if one rank failed to
    read, every rank raises GroupLoadError naming that rank and the file instead of waiting in a
    broadcast that will never come. A collective that does not finish in ``timeout`` raises
-   GroupTimeoutError.
+   GroupTimeoutError. A chunk's broadcasts run in the plan's stages: across nodes first (from
+   each reader to the ranks of its local index on the other nodes), then within each node.
 
 NCCL moves GPU tensors, gloo host tensors: whichever backend the group has.
 """
@@ -32,6 +35,7 @@ from typing import Any
 from . import _checkpoint as _ck
 from . import _ferry
 from ._errors import Error, UsageError
+from ._convert import dtype_text
 from ._group_plan import DEFAULT_CHUNK_BYTES, Layout, TensorEntry, plan_group
 
 
@@ -99,12 +103,12 @@ def _entries(info: dict) -> list:
                         t["bytes"]) for t in info["tensors"]]
 
 
-def _digest(plan: Any, entries: list, loaded: list) -> int:
+def _digest(plan: Any, entries: list, loaded: list, as_type: Any) -> int:
     h = hashlib.blake2b(digest_size=7)
     for t in sorted(entries, key=lambda t: t.name):
         h.update(repr((t.name, t.dtype, t.shape, t.file.rsplit("/", 1)[-1], t.offset,
                        t.nbytes)).encode())
-    h.update(repr((plan.sliced, plan.read_bytes, loaded)).encode())
+    h.update(repr((plan.sliced, plan.read_bytes, plan.subgroups, loaded, as_type)).encode())
     return int.from_bytes(h.digest(), "little")
 
 
@@ -135,6 +139,40 @@ class _Group:
         self.device = device
         self.timeout = timeout
         self.collective_seconds = 0.0
+        self.subs: list = [group]       # process group of each plan subgroup (None: not in it)
+        self.made: list = []            # the ones made here, destroyed after the load
+
+    def make_subgroups(self, subgroups: tuple) -> None:
+        """Process groups for the plan's subgroups (0 is the load's own group). Every rank makes
+        them in the plan's order: with the default group every rank calls new_group for each;
+        with another group, each rank only for its own (one node, one local index), which
+        torch's local synchronization allows because each rank is in one subgroup of each
+        kind."""
+        dist = self.dist
+        world_group = self.group is None or self.group == dist.group.WORLD
+        for ranks in subgroups[1:]:
+            mine = self.rank in ranks
+            ranks_g = [self.global_rank(r) for r in ranks]
+            if world_group:
+                pg = dist.new_group(ranks_g, timeout=timedelta(seconds=self.timeout))
+            elif mine:
+                pg = dist.new_group(ranks_g, timeout=timedelta(seconds=self.timeout),
+                                    use_local_synchronization=True)
+            else:
+                pg = None
+            if mine:
+                self.made.append(pg)
+                self.subs.append(pg)
+            else:
+                self.subs.append(None)
+
+    def destroy_subgroups(self) -> None:
+        for pg in self.made:
+            try:
+                self.dist.destroy_process_group(pg)
+            except Exception:  # a group broken by a failed load: nothing left to free
+                pass
+        self.made = []
 
     def global_rank(self, r: int) -> int:
         return self.dist.get_global_rank(self.group, r) if self.group is not None else r
@@ -206,7 +244,8 @@ class _Group:
 def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = None,
                tensors: Any = None, into: Any = None, strict: bool = True,
                layout: Layout | None = None, chunk_bytes: int | None = None,
-               timeout: float = 300.0, route: str = "auto", progress: Any = None):
+               timeout: float = 300.0, route: str = "auto", progress: Any = None,
+               dtype: Any = None, replicated: str = "group"):
     """Loads a checkpoint on every rank of ``group`` (a torch.distributed process group; None
     means the default group), reading each replicated byte once across the group.
 
@@ -221,7 +260,11 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
     per rank as planned).
 
     ``layout`` (ferry.Layout) says which node each rank is on and which node's storage holds
-    which file: replicated chunks of a file are then read by that node's ranks.
+    which file: replicated chunks of a file are then read by that node's ranks, and broadcasts
+    go across nodes once per node (per-node subgroups). ``replicated`` is "group" (each
+    replicated byte read once by the whole group) or "node" (once by each node of the layout,
+    broadcast within the node only). ``dtype`` converts floating-point tensors as in a
+    single-process load.
     ``chunk_bytes`` (default 64 MiB per rank of the group) is the unit of read/broadcast
     overlap. ``timeout``
     bounds each collective; ``progress(done, total)`` is called after each chunk.
@@ -238,10 +281,16 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         raise UsageError("an NCCL group moves GPU tensors: use device='cuda:N' (gloo for host)")
     if backend == "gloo" and dev.type == "cuda":
         raise UsageError("a gloo group moves host tensors here: use an NCCL group for the GPU")
+    if replicated not in ("group", "node"):
+        raise UsageError("replicated= is 'group' or 'node', not %r" % (replicated,))
+    as_type = None if dtype is None else dtype_text(dtype)[0]
     g = _Group(torch, dist, group, dev, float(timeout))
     rank, world = g.rank, g.world
     srcs = _ck._sources(src)
     rules = dict(tp or {})
+
+    def out_dtype(e: Any) -> str:
+        return e.dtype if as_type is None else _ferry.converted_dtype(e.dtype, as_type)
 
     # 1. open + plan + destinations, then one agreement: every rank ready, same plan
     def destinations(plan: Any, by_name: dict) -> tuple:
@@ -260,15 +309,16 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         out: dict = {}
         for name in plan.replicated:
             e = by_name[name]
+            want = _torch_dtype(torch, out_dtype(e))
             if into is None:
-                out[name] = torch.empty(e.shape, dtype=_torch_dtype(torch, e.dtype), device=dev)
+                out[name] = torch.empty(e.shape, dtype=want, device=dev)
             elif name in targets:
                 t = out[name] = targets[name]
-                if (tuple(t.shape) != e.shape or t.dtype != _torch_dtype(torch, e.dtype)
+                if (tuple(t.shape) != e.shape or t.dtype != want
                         or not t.is_contiguous() or t.device != dev):
                     raise UsageError("into[%r]: needs a contiguous %s tensor of shape %s on %s, "
-                                     "got %s %s on %s" % (name, e.dtype, e.shape, dev, t.dtype,
-                                                          tuple(t.shape), t.device))
+                                     "got %s %s on %s" % (name, out_dtype(e), e.shape, dev,
+                                                          t.dtype, tuple(t.shape), t.device))
         return targets, missing, unexpected, out
 
     err, plan, digest, entries = None, None, 0, []
@@ -280,14 +330,16 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         chosen = _chosen(srcs, info, tensors)
         entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
         plan = plan_group(entries, world, sliced=rules, layout=layout,
-                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world)
+                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world,
+                          replicated=replicated)
         by_name = {e.name: e for e in entries}
         targets, missing, unexpected, out = destinations(plan, by_name)
         loaded = sorted(out) + sorted(n for n in plan.sliced if into is None or n in targets)
-        digest = _digest(plan, entries, loaded) or 1
+        digest = _digest(plan, entries, loaded, as_type) or 1
     except Exception as e:  # reported to every rank by the agreement below
         err = e
     g.agree("open", err, srcs[0] if len(srcs) == 1 else ", ".join(srcs), digest)
+    nodes = list(layout.node_of_rank) if layout is not None else None
 
     def view(p: Any) -> Any:
         t = out[p.name]
@@ -297,7 +349,8 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
              "replicated_bytes_read": 0, "sliced_bytes_read": 0, "bytes_received": 0,
              "bytes_sent": 0, "read_seconds": 0.0, "requests": 0, "chunks": len(plan.chunks),
              "plan_read_bytes": list(plan.read_bytes),
-             "replicated_bytes": plan.replicated_bytes}
+             "replicated_bytes": plan.replicated_bytes, "bytes_from_other_nodes": 0,
+             "subgroups": len(plan.subgroups), "collectives": plan.collectives}
     stop = threading.Event()
 
     def read_chunk(i: int) -> int:
@@ -328,16 +381,39 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
             dest = {n: targets[n] for n in names}
         else:  # fresh torch tensors of the slice shapes, filled in place
             dest = {n: torch.empty(_slice_shape(by_name[n].shape, _rule_for(n, rules)),
-                                   dtype=_torch_dtype(torch, by_name[n].dtype), device=dev)
+                                   dtype=_torch_dtype(torch, out_dtype(by_name[n])), device=dev)
                     for n in names}
             sliced_result.update(dest)
         st = _ck.load_checkpoint(srcs, device=str(dev), tensors=names, slices=rules, into=dest,
-                                 route=route).stats
+                                 route=route, dtype=as_type).stats
         stats["read_seconds"] += time.perf_counter() - t0
         stats["requests"] += st["requests"]
         return st["bytes_read"]
 
+    def post(chunk: Any, stage: int) -> list:
+        """This rank's share of one stage of a chunk's broadcasts, posted asynchronously."""
+        works = []
+        for b in chunk.broadcasts:
+            pg = g.subs[b.subgroup]
+            p = chunk.pieces[b.piece]
+            if b.stage != stage or pg is None or p.name not in out:
+                continue
+            buf = view(p).reshape(-1).view(torch.uint8)
+            works.append(dist.broadcast(buf, src=g.global_rank(b.root), group=pg, async_op=True))
+            if b.root == rank:
+                stats["bytes_sent"] += buf.numel()
+            else:
+                stats["bytes_received"] += buf.numel()
+                if nodes is not None and nodes[b.root] != nodes[rank]:
+                    stats["bytes_from_other_nodes"] += buf.numel()
+        return works
+
     # 2-3. reads one chunk ahead of the broadcasts, an agreement before each chunk's broadcasts
+    try:
+        g.make_subgroups(plan.subgroups)
+    except Exception as e:
+        g.destroy_subgroups()
+        raise g._collective_error(e, "subgroups") from e
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-group-read")
     n = len(plan.chunks)
     futures = [pool.submit(read_chunk, 0)] if n else []
@@ -360,17 +436,12 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
                 else:
                     slices_future = pool.submit(read_slices)
             g.agree(step, err, chunk.file)
-            prev, pending = pending, []
-            for p in chunk.pieces:
-                if not p.nbytes or p.name not in out:
-                    continue
-                buf = view(p).reshape(-1).view(torch.uint8)
-                pending.append(dist.broadcast(buf, src=g.global_rank(p.reader), group=group,
-                                              async_op=True))
-                if p.reader == rank:
-                    stats["bytes_sent"] += p.nbytes
-                else:
-                    stats["bytes_received"] += p.nbytes
+            prev = pending
+            pending = post(chunk, 0)
+            if any(b.stage == 1 for b in chunk.broadcasts):
+                for w in pending:  # a relay forwards within its node what stage 0 brought
+                    g.wait(w, "broadcast across nodes of chunk %d" % i)
+                pending = post(chunk, 1)
             for w in prev:  # at most two chunks' broadcasts in flight
                 g.wait(w, "broadcast of chunk %d" % (i - 1))
             done_bytes += chunk.nbytes
@@ -391,6 +462,7 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        g.destroy_subgroups()
     stats["collective_seconds"] = g.collective_seconds
     stats["seconds"] = time.perf_counter() - t_start
     if into is not None:
@@ -404,19 +476,18 @@ def load_group_call(src: Any, *, group: Any, tp: Any, like: Any, slices: Any, dt
                     **kw: Any):
     """load_checkpoint(group=...): the arguments a group load does not take are refused here."""
     if group is None:
-        raise UsageError("tp=, layout=, chunk_bytes= and timeout= are options of a group load: "
+        raise UsageError("tp=, layout=, replicated=, chunk_bytes= and timeout= are options of a "
+                         "group load: "
                          "pass group= (a torch.distributed process group)")
     unknown = set(kw) - {"device", "tensors", "into", "strict", "progress", "route", "layout",
-                         "chunk_bytes", "timeout"}
+                         "chunk_bytes", "timeout", "replicated"}
     if unknown:
         raise UsageError("load_checkpoint(group=...): unknown option(s) %s" % sorted(unknown))
     if slices:
         raise UsageError("load_checkpoint(group=...): give the slices as tp= (this rank's rules)")
-    if dtype is not None:
-        raise UsageError("load_checkpoint(group=...): dtype= conversion is not supported yet")
     if like not in (None, "torch") and getattr(like, "__module__", "").split(".")[0] != "torch":
         raise UsageError("load_checkpoint(group=...) returns torch tensors: like= must be torch")
-    return load_group(src, group=group, tp=tp, **kw)
+    return load_group(src, group=group, tp=tp, dtype=dtype, **kw)
 
 
 __all__ = ["GroupLoadError", "GroupTimeoutError", "Layout", "load_group"]

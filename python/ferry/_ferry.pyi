@@ -172,3 +172,18 @@ class OpenCheckpoint:
         into: Sequence[tuple[str, Array]],
         route: str = "auto",
     ) -> dict[str, Any]: ...
+
+def plan_group(
+    entries: Sequence[tuple[str, Sequence[int], str, int, int]],
+    world: int,
+    rules: Sequence[tuple[str, int]],
+    node_of_rank: Sequence[int] | None,
+    file_node: dict[str, int],
+    chunk_bytes: int,
+    reads: str,
+) -> tuple[Any, ...]:
+    """ferry::plan_group over a tensor table (name, shape, file, offset, nbytes), as tuples."""
+    ...
+
+def converted_dtype(file_dtype: str, to: str) -> str: ...
+def group_split_dim(shape: Sequence[int]) -> int: ...

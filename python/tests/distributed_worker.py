@@ -10,6 +10,12 @@ points this rank at a corrupt copy of the checkpoint; ``truncate`` truncates thi
 copy of a shard after the first chunk (a real read failure in the middle of the load);
 ``stall`` sleeps in the progress callback after the first chunk (the others' collectives time
 out); ``bad-into`` gives this rank a destination of the wrong shape.
+
+A job's ``layout`` (ranks per node) puts the ranks on pretend nodes (ferry.Layout.uniform), with
+``own`` the shards alternately on node 0's and node 1's storage; ``replicated`` is the group
+load's option of that name; ``dtype`` converts, and is then checked against a single-process
+ferry load with the same dtype and slices; ``copy`` loads over a group of every rank made with
+new_group instead of the default group.
 """
 
 import argparse
@@ -46,13 +52,17 @@ def main() -> int:
     device = "cuda:%d" % a.rank if a.backend == "nccl" else "cpu"
     if a.backend == "nccl":
         torch.cuda.set_device(a.rank)
+    # A group of every rank that is not the default group object: subgroups are then made with
+    # torch's local synchronization.
+    copy = dist.new_group(list(range(a.world))) if any(j.get("copy") for j in jobs) else None
     ref = {}
     for name in sorted(os.listdir(a.ckpt)):
         if name.endswith(".safetensors"):
             ref.update(load_file(os.path.join(a.ckpt, name)))
     results = []
     for k, job in enumerate(jobs):
-        results.append(run_job(a, k, job, ref, device, torch, dist, ferry))
+        group = copy if job.get("copy") else dist.group.WORLD
+        results.append(run_job(a, k, job, ref, device, torch, dist, ferry, group))
         with open(a.out, "w") as f:
             json.dump(results, f)
     try:
@@ -64,7 +74,7 @@ def main() -> int:
     return 0
 
 
-def run_job(a, k, job, ref, device, torch, dist, ferry):
+def run_job(a, k, job, ref, device, torch, dist, ferry, group):
     fault, fault_rank = job.get("fault", ""), job.get("fault_rank", -1)
     job_timeout = float(job.get("timeout", 60))
     result = {"rank": a.rank, "ok": False, "job": job}
@@ -110,11 +120,30 @@ def run_job(a, k, job, ref, device, torch, dist, ferry):
             t = t.narrow(dim, lo, hi - lo).contiguous()
         want[name] = t
 
+    as_type = job.get("dtype")
+    if as_type:  # the single-process load with the same conversion and slices is the reference
+        # numpy arrays (bfloat16 through ml_dtypes), moved to torch by their bytes: host
+        # bfloat16 does not pass through DLPack from numpy.
+        single = ferry.load_checkpoint(a.ckpt, dtype=as_type, slices=rules)
+        want = {n: torch.frombuffer(bytearray(single[n].tobytes()),
+                                    dtype=getattr(torch, str(single[n].dtype))
+                                    ).reshape(single[n].shape) for n in want}
+
     t0 = time.perf_counter()
     try:
-        kw = dict(group=dist.group.WORLD, tp=rules, device=device,
+        kw = dict(group=group, tp=rules, device=device,
                   chunk_bytes=job.get("chunk_bytes", 64 << 20), timeout=job_timeout,
                   progress=progress, route="segments")
+        if as_type:
+            kw["dtype"] = as_type
+        if job.get("layout"):
+            owners = {}
+            if job.get("own"):
+                shards = sorted(f for f in os.listdir(a.ckpt) if f.endswith(".safetensors"))
+                owners = {f: i % 2 for i, f in enumerate(shards)}
+            kw["layout"] = ferry.Layout.uniform(a.world, job["layout"], owners)
+        if job.get("replicated"):
+            kw["replicated"] = job["replicated"]
         if job.get("into"):
             into = {n: torch.zeros_like(t, device=device) for n, t in want.items()}
             if faulty and fault == "bad-into":
@@ -133,7 +162,8 @@ def run_job(a, k, job, ref, device, torch, dist, ferry):
         if sorted(got) != sorted(want):
             bad.append("names differ: %s" % sorted(set(got) ^ set(want)))
         result.update(ok=not bad, mismatched=bad, stats=stats,
-                      want_bytes={n: t.numel() * t.element_size() for n, t in want.items()})
+                      want_bytes={n: t.numel() * t.element_size() for n, t in want.items()},
+                      dtypes={n: str(got[n].dtype) for n in want})
     except ferry.GroupLoadError as e:
         result.update(error=type(e).__name__, failing_rank=e.rank, file=e.file, step=e.step,
                       message=str(e), timeout=isinstance(e, ferry.GroupTimeoutError))

@@ -1,8 +1,11 @@
-"""Distributed checkpoint loads: the group plan's tables, then real processes (2 and 3 ranks)
-joined by torch.distributed's gloo backend on 127.0.0.1, loading a checkpoint written by
-huggingface_hub and safetensors, checked byte for byte on every rank; byte counters prove that
-each replicated byte was read once across the group and each rank read only its slices; a rank
-failing or stalling makes every rank raise a typed error within a bounded time."""
+"""Distributed checkpoint loads: the group plan's tables (the plan is libferry's plan_group; the
+same cases run as GoogleTest tables in tests/distributed/group_plan_test.cpp), then real
+processes (2, 3 and 4 ranks) joined by torch.distributed's gloo backend on 127.0.0.1, loading a
+checkpoint written by huggingface_hub and safetensors, checked byte for byte on every rank;
+byte counters prove that each replicated byte was read once across the group (or once per
+node) and each rank read only its slices; 4 ranks as 2 nodes of 2 go through per-node
+subgroups; a rank failing or stalling makes every rank raise a typed error within a bounded
+time."""
 
 import json
 import os
@@ -141,6 +144,42 @@ def test_plan_is_the_same_for_the_same_inputs_in_any_order():
     assert max(p1.read_bytes) - min(p1.read_bytes) <= 2 * 66
 
 
+def test_plan_two_nodes_go_across_once_then_within():
+    tensors = _file([("embed", (512, 64))] + [("norm%d" % i, (96,)) for i in range(6)])
+    plan = plan_group(tensors, 4, layout=Layout.uniform(4, 2), chunk_bytes=16 << 10)
+    _covered(plan, tensors)
+    # The group, node 0, node 1, then one subgroup per local index (a rail across the nodes).
+    assert plan.subgroups == ((0, 1, 2, 3), (0, 1), (2, 3), (0, 2), (1, 3))
+    assert "2 nodes of 2 ranks" in plan.collectives
+    for c in plan.chunks:
+        assert c.broadcasts and c.broadcasts[0].stage == 0
+        for b in c.broadcasts:
+            if b.stage == 0:
+                assert b.root == c.pieces[b.piece].reader and b.subgroup in (3, 4)
+            else:
+                assert b.stage == 1 and b.subgroup in (1, 2)
+    # Each byte enters each node once: a node receives from the other what the other read.
+    for node in (0, 1):
+        own = plan.read_bytes[2 * node] + plan.read_bytes[2 * node + 1]
+        across = plan.bytes_from_other_nodes[2 * node] + plan.bytes_from_other_nodes[2 * node + 1]
+        assert across == plan.replicated_bytes - own
+    assert all(plan.bytes_received[r] == plan.replicated_bytes - plan.read_bytes[r]
+               for r in range(4))
+
+
+def test_plan_once_per_node_reads_everything_on_each_node():
+    tensors = _file([("embed", (300, 32))] + [("norm%d" % i, (50,)) for i in range(5)])
+    plan = plan_group(tensors, 4, layout=Layout(["a", "b", "a", "b"]), chunk_bytes=4096,
+                      replicated="node")
+    assert plan.subgroups == ((0, 1, 2, 3), (0, 2), (1, 3))
+    r = plan.read_bytes
+    assert r[0] + r[2] == r[1] + r[3] == plan.replicated_bytes
+    assert plan.bytes_from_other_nodes == (0, 0, 0, 0)
+    assert all(plan.bytes_received[k] == plan.replicated_bytes - r[k] for k in range(4))
+    with pytest.raises(ferry.UsageError, match="replicated"):
+        plan_group(tensors, 4, layout=Layout(["a", "b", "a", "b"]), replicated="rack")
+
+
 def test_plan_rejects_a_bad_world_and_layout():
     with pytest.raises(ferry.UsageError):
         plan_group([], 0)
@@ -271,12 +310,53 @@ def _check_tp(results, sizes):
 def test_every_rank_gets_exact_bytes_and_each_byte_is_read_once(tmp_path, ckpt, world):
     jobs = [{"chunk_bytes": 8192},                          # data parallel: all replicated
             {"tp": True, "chunk_bytes": 4096},              # tensor parallel + replicated rest
-            {"tp": True, "into": True, "chunk_bytes": 16384}]  # into existing tensors
+            {"tp": True, "into": True, "chunk_bytes": 16384},  # into existing tensors
+            {"tp": True, "dtype": "bfloat16", "chunk_bytes": 4096}]  # converted on the way
     results = _run(tmp_path, ckpt, world, jobs)
     sizes = _file_bytes(ckpt)
     _check_replicated([r[0] for r in results], sizes)
     _check_tp([r[1] for r in results], sizes)
     _check_tp([r[2] for r in results], sizes)
+    for r in (rr[3] for rr in results):
+        assert r["ok"], r
+        assert r["dtypes"]["model.norm.weight"] == "torch.bfloat16"   # float32 in the file
+        assert r["dtypes"]["model.layers.0.input_layernorm.weight"] == "torch.float16"  # no f16->bf16
+        assert r["dtypes"]["step"] == "torch.int64"
+
+
+def _check_nodes(results, sizes, per_node):
+    """4 ranks as 2 nodes of 2: what each node read and what crossed between the nodes."""
+    total = sum(sizes.values())
+    for r in results:
+        assert r["ok"], r
+        s = r["stats"]
+        assert s["bytes_received"] == total - s["bytes_read"]
+        assert s["subgroups"] == (3 if per_node else 5)
+    read = [r["stats"]["bytes_read"] for r in results]
+    across = [r["stats"]["bytes_from_other_nodes"] for r in results]
+    node = [read[0] + read[1], read[2] + read[3]]
+    if per_node:  # every node reads everything once; nothing crosses
+        assert node == [total, total] and across == [0, 0, 0, 0]
+    else:  # the group reads every byte once; each byte enters the other node once
+        assert sum(node) == total
+        assert across[0] + across[1] == total - node[0]
+        assert across[2] + across[3] == total - node[1]
+
+
+def test_four_ranks_as_two_nodes_go_through_per_node_subgroups(tmp_path, ckpt):
+    jobs = [{"layout": 2, "chunk_bytes": 8192},
+            {"layout": 2, "replicated": "node", "chunk_bytes": 8192},
+            {"layout": 2, "own": True, "tp": True, "dtype": "float32", "chunk_bytes": 4096},
+            {"layout": 2, "copy": True, "chunk_bytes": 16384}]   # not the default group
+    results = _run(tmp_path, ckpt, 4, jobs)
+    sizes = _file_bytes(ckpt)
+    _check_nodes([r[0] for r in results], sizes, per_node=False)
+    _check_nodes([r[1] for r in results], sizes, per_node=True)
+    _check_nodes([r[3] for r in results], sizes, per_node=False)
+    for r in (rr[2] for rr in results):
+        assert r["ok"], r
+        assert r["stats"]["sliced_bytes_read"] > 0
+        assert set(r["dtypes"].values()) <= {"torch.float32", "torch.int64"}
 
 
 def test_a_failing_rank_makes_every_rank_raise_and_the_group_survives(tmp_path, ckpt):

@@ -27,6 +27,8 @@ namespace {
 constexpr double request_cost_s = 2e-6 / 16;
 constexpr double read_bandwidth = 20e9;
 
+}  // namespace
+
 bool glob_match(const std::string& pattern, const std::string& name) {
     return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
@@ -68,6 +70,8 @@ std::vector<std::size_t> select(const checkpoint& c, const tensor_selection& s) 
     }
     return out;
 }
+
+namespace {
 
 const tensor_slice* slice_for(const checkpoint_load_options& o, const std::string& name) {
     if (auto it = o.slices.find(name); it != o.slices.end()) return &it->second;

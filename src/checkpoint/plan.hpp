@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ferry/checkpoint.hpp"
@@ -39,6 +40,13 @@ struct detailed_plan {
 /// Target size of one piece through temporaries: large enough that a piece's reads keep the
 /// engine's workers busy, small enough that two in flight stay far under the default budget.
 inline constexpr std::uint64_t piece_target = 32ull << 20;
+
+/// Whether `name` matches the fnmatch glob `pattern` (the slice rules' and selection's globs).
+bool glob_match(const std::string& pattern, const std::string& name);
+
+/// The tensors `s` selects, as indices into c.tensors in name order. Throws checkpoint_error for
+/// a named tensor the checkpoint lacks, usage_error for an invalid regex.
+std::vector<std::size_t> select(const checkpoint& c, const tensor_selection& s);
 
 detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, std::uint64_t budget_cap);
 

@@ -1,6 +1,11 @@
+// libnccl loaded at run time (see nccl.hpp).
 #include "shim/nccl.hpp"
 
 #include <dlfcn.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
 
 namespace ferry::shim {
 namespace {
@@ -36,12 +41,18 @@ nccl_state load_nccl(const std::string& library, nccl_api& api) {
               bind(lib, "ncclGroupStart", api.group_start, err) &&
               bind(lib, "ncclGroupEnd", api.group_end, err) &&
               bind(lib, "ncclCommGetAsyncError", api.comm_get_async_error, err) &&
-              bind(lib, "ncclCommAbort", api.comm_abort, err);
+              bind(lib, "ncclCommAbort", api.comm_abort, err) &&
+              bind(lib, "ncclCommDestroy", api.comm_destroy, err) &&
+              bind(lib, "ncclCommCuDevice", api.comm_cu_device, err) &&
+              bind(lib, "ncclGetUniqueId", api.get_unique_id, err) &&
+              bind(lib, "ncclCommInitRank", api.comm_init_rank, err);
     if (!ok) {
         api = {};
         s.load_error = library + ": " + err;
         return s;  // stays loaded: a communicator of the caller's may live in it
     }
+    // Optional: per-node subgroups need it, everything else works without.
+    api.comm_split = reinterpret_cast<decltype(api.comm_split)>(::dlsym(lib, "ncclCommSplit"));
     Dl_info info{};
     if (::dladdr(reinterpret_cast<void*>(api.get_version), &info) && info.dli_fname)
         s.library_path = info.dli_fname;
@@ -53,13 +64,18 @@ nccl_state load_nccl(const std::string& library, nccl_api& api) {
     return s;
 }
 
-const nccl_library& nccl() {
-    static const nccl_library lib = [] {
-        nccl_library l;
-        l.state = load_nccl("libnccl.so.2", l.api);
-        return l;
-    }();
-    return lib;
+const nccl_library& nccl() { return nccl("libnccl.so.2"); }
+
+const nccl_library& nccl(const std::string& library) {
+    static std::mutex mutex;
+    static std::map<std::string, std::unique_ptr<nccl_library>> loaded;  // never freed: see nccl.hpp
+    std::lock_guard lock(mutex);
+    auto& slot = loaded[library];
+    if (!slot) {
+        slot = std::make_unique<nccl_library>();
+        slot->state = load_nccl(library, slot->api);
+    }
+    return *slot;
 }
 
 }  // namespace ferry::shim
