@@ -187,7 +187,10 @@ def to_library(a: _ferry.Array, lib: str | None):
         return a
     source: Any = a
     if not on_gpu:
-        source = host_to_numpy(a.to_native())
+        # numpy's DLPack export knows no bfloat16 or float8: ferry's own export does.
+        source = a.to_native()
+        if a.dtype not in _EXTENDED:
+            source = host_to_numpy(source)
     mod = optional_module(lib)
     if mod is None:
         raise UsageError("like= asks for %s, which cannot be imported" % lib)

@@ -496,6 +496,19 @@ def test_dlpack_export_to_torch_cpu(tmp_path):
     assert (tmp_path / "y.bin").read_bytes() == p.read_bytes()
 
 
+def test_bfloat16_and_float8_to_torch_on_the_host(tmp_path):
+    # numpy's DLPack knows no bfloat16: host tensors of it reach torch through ferry's own.
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from safetensors.torch import save_file
+    want = {"b": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "f": torch.arange(4, dtype=torch.float32)}
+    save_file(want, tmp_path / "m.safetensors")
+    got = ferry.load(tmp_path / "m.safetensors", like="torch")
+    assert got["b"].dtype == torch.bfloat16 and torch.equal(got["b"], want["b"])
+    assert torch.equal(got["f"], want["f"])
+    ck = ferry.load_checkpoint(tmp_path / "m.safetensors", like="torch")
+    assert torch.equal(ck["b"], want["b"])
+
+
 def test_ml_dtypes_arrays(tmp_path):
     ml = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
     x = np.arange(5, dtype=ml.bfloat16)

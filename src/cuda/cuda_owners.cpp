@@ -28,17 +28,14 @@ void owned_event::reset() noexcept {
 
 owned_pinned owned_pinned::allocate(std::size_t bytes, const char* what) {
     owned_pinned o;
-    void* p = nullptr;
-    cuda_check(FERRY_CUDA(cudaHostAlloc, &p, bytes, cudaHostAllocPortable), what);
-    o.p_ = static_cast<char*>(p);
-    count_pinned_allocation(+1);
+    o.p_ = pin_host_memory(bytes, what);
+    o.bytes_ = bytes;
     return o;
 }
 
 void owned_pinned::reset() noexcept {
     if (!p_) return;
-    cudaFreeHost(std::exchange(p_, nullptr));
-    count_pinned_allocation(-1);
+    unpin_host_memory(std::exchange(p_, nullptr), std::exchange(bytes_, 0));
 }
 
 }  // namespace ferry::detail

@@ -57,16 +57,18 @@ private:
     cudaEvent_t e_ = nullptr;
 };
 
-/// Portable pinned host memory (cudaHostAlloc), counted in the process's pinned allocations.
+/// Portable pinned host memory (pin_host_memory), counted in the process's pinned allocations.
 class owned_pinned {
 public:
     owned_pinned() = default;
     static owned_pinned allocate(std::size_t bytes, const char* what);
-    owned_pinned(owned_pinned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    owned_pinned(owned_pinned&& o) noexcept
+        : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
     owned_pinned& operator=(owned_pinned&& o) noexcept {
         if (this != &o) {
             reset();
             p_ = std::exchange(o.p_, nullptr);
+            bytes_ = std::exchange(o.bytes_, 0);
         }
         return *this;
     }
@@ -78,6 +80,7 @@ public:
 
 private:
     char* p_ = nullptr;
+    std::size_t bytes_ = 0;
 };
 
 }  // namespace ferry::detail

@@ -60,7 +60,7 @@ array fromfile_into(const std::string& path, typed_order type, const array& out,
     if (options.as) throw usage_error(path + ": out= receives the file's items as they are; a dtype conversion needs other storage");
     if (options.c_order) throw usage_error(path + ": out= receives the file's items in C order already");
     if (out.type() != type.type)
-        throw usage_error(path + ": out= holds " + std::string(to_string(out.type())) + ", the items are " +
+        throw usage_error(path + ": out= has dtype " + std::string(to_string(out.type())) + ", the items are " +
                           std::string(to_string(type.type)));
     if (out.layout() != storage_order::c && !out.is_c_and_fortran())
         throw usage_error(path + ": out= must be C-contiguous");

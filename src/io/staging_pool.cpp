@@ -43,8 +43,7 @@ staging_pool::~staging_pool() {
     if (!memory_) return;
     note_staging(-static_cast<std::int64_t>(allocated_));
     if (pinned_) {
-        cudaFreeHost(memory_);
-        count_pinned_allocation(-1);
+        unpin_host_memory(memory_, allocated_);
     } else {
         std::free(memory_);
     }
@@ -53,11 +52,8 @@ staging_pool::~staging_pool() {
 void staging_pool::allocate() {
     std::size_t total = workers_ * buffers_ * buffer_size_;
     if (cuda_available()) {
-        void* p = nullptr;
-        cuda_check(FERRY_CUDA(cudaHostAlloc, &p, total, cudaHostAllocPortable), "cudaHostAlloc (staging buffers)");
-        memory_ = static_cast<char*>(p);
+        memory_ = pin_host_memory(total, "cudaHostAlloc (staging buffers)");
         pinned_ = true;
-        count_pinned_allocation(+1);
     } else {
         void* p = nullptr;
         if (posix_memalign(&p, 4096, total) != 0) throw std::bad_alloc();
