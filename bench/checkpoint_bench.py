@@ -36,14 +36,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def parse_size(text):
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if t[-1:] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(t)
+sys.path.insert(0, HERE)
+from bench_common import evict as drop_caches, parse_size, warm  # noqa: E402
 
 
 def shapes(size, layers):
@@ -116,27 +110,6 @@ def write_checkpoint(folder, size, layers, shards):
 
 def shard_files(folder):
     return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))
-
-
-def drop_caches(files):
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "drop_caches"
-    except OSError:
-        for p in files:
-            fd = os.open(p, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-        return "fadvise"
-
-
-def warm(files):
-    for p in files:
-        with open(p, "rb") as f:
-            while f.read(64 << 20):
-                pass
 
 
 # ---- workers: each runs in its own process -------------------------------------------------

@@ -2,10 +2,13 @@
 # Builds ferry, runs every test and measures it on a GPU machine, in one go, and ends with a
 # short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
 # without network (scripts/deps.sh --bundle).
-#   scripts/gpu-check.sh [all|test|bench|hot|peers|ab|sanitize] [bench size, default 8G]
+#   scripts/gpu-check.sh [all|test|bench|hot|peers|sidebyside|ab|sanitize] [bench size, default 8G]
 #     hot: only the hot-read sweep of `ferry bench`; peers: the side-by-side benchmarks of
 #     checkpoints, Zarr and remote objects against the peers importable there (carry their
-#     wheels; NGINX_ROOT names unpacked nginx .debs); ab: bench/engine_ab.sh against the
+#     wheels; NGINX_ROOT names unpacked nginx .debs); sidebyside: bench/peers_bench.py (ferry,
+#     every importable peer and the ceilings on the same files, hot, cold, durable writes;
+#     SIDEBYSIDE_ARGS adds options) and a ferry bench thread sweep, tables, JSON and PNGs in
+#     $OUT; ab: bench/engine_ab.sh against the
 #     engine source tree in BEFORE_SRC (a plain folder); sanitize: the test binary under
 #     compute-sanitizer's memcheck, racecheck and initcheck side by side (SANITIZE_TOOLS to
 #     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter)
@@ -25,7 +28,8 @@ nvcc --version | tail -1
 t0=$(date +%s)
 cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
   || { tail -30 /tmp/configure.log; exit 1; }
-ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+targets=(); [ "$what" = sidebyside ] && targets=(ferry_cli ferry_python)  # what that mode runs, no tests
+ninja -C $build "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 note "build: $(( $(date +%s) - t0 )) s"
 ferry=$build/tools/ferry
 
@@ -157,6 +161,28 @@ if [ "$what" = peers ]; then
       remote) peer remote env BUILD=$build SIZE="${REMOTE_SIZE:-8G}" WORK=$TMPDIR/remote bench/remote_bench.sh ;;
     esac
   done
+fi
+
+if [ "$what" = sidebyside ]; then
+  export PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}
+  log="$out/sidebyside.txt"
+  echo "\$ python3 bench/peers_bench.py --size $size ${SIDEBYSIDE_ARGS:-}" | tee "$log"
+  t1=$(date +%s)
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout "${SIDEBYSIDE_TIMEOUT:-540}" python3 bench/peers_bench.py --dir $TMPDIR/peers \
+    --size "$size" --ferry $ferry --json "$out/sidebyside.json" --plot "$out/sidebyside.png" ${SIDEBYSIDE_ARGS:-} \
+    >>"$log" 2>&1
+  note "side by side: rc $?, $(( $(date +%s) - t1 )) s"
+  grep -E '^\||^##' "$log"
+  f=$TMPDIR/peers/peers-bench.raw
+  if [ -f "$f" ]; then
+    if $ferry bench "$f" --threads 4,8,16 --task-size 32M --paths staged,stream --repeat 2 --no-naive --json \
+      >"$out/bench-threads.json" 2>>"$log"; then
+      python3 bench/plot_bench.py "$out/bench-threads.json" -o "$out/bench-threads.png"
+    else
+      rm -f "$out/bench-threads.json"; note "ferry bench thread sweep failed (see sidebyside.txt)"
+    fi
+  fi
 fi
 
 if [ "$what" = ab ]; then

@@ -8,13 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <random>
 
 #include "ferry/error.hpp"
+#include "os/alignment.hpp"
+#include "os/posix_io.hpp"
 #include "os/sys.hpp"
 
 namespace ferry::formats {
@@ -60,6 +65,12 @@ void remove_stale_temporaries(const std::string& dir, const std::string& base) {
     }
     ::closedir(d);
 }
+
+// Requests of a save are cut at multiples of this in the file. Each finished one starts the
+// writeback of everything below it, so the disk trails the copy into the page cache by a
+// stretch or two and the fsync has at most about that much left (0.1 s at 2 GB/s); 16 workers
+// split one into tasks of 8 MiB, which a staged write from GPU memory still pipelines.
+constexpr std::uint64_t write_stretch = 128ull << 20;
 
 }  // namespace
 
@@ -124,6 +135,51 @@ atomic_write::~atomic_write() {
         sys::unlink(temp_.c_str());
     }
     if (lock_fd_ >= 0) sys::close(lock_fd_);
+}
+
+void atomic_write::write(const std::vector<write_piece>& pieces) {
+    std::vector<write_piece> parts;
+    for (const auto& p : pieces) {
+        const auto* d = static_cast<const char*>(p.data);
+        for (std::size_t at = 0; at < p.n;) {
+            const std::uint64_t off = p.offset + at;
+            const auto len = static_cast<std::size_t>(
+                std::min<std::uint64_t>(p.n - at, write_stretch - off % write_stretch));
+            parts.push_back({d + at, len, off});
+            at += len;
+        }
+    }
+    std::stable_sort(parts.begin(), parts.end(),
+                     [](const write_piece& a, const write_piece& b) { return a.offset < b.offset; });
+    std::vector<std::future<std::size_t>> pending;
+    pending.reserve(parts.size());
+    std::exception_ptr first;
+    try {
+        for (const auto& p : parts) pending.push_back(file_->write_async(p.data, p.n, p.offset));
+    } catch (...) {
+        first = std::current_exception();
+    }
+    // Waited for in file order, so when request i is done every byte below its end is written
+    // (any gap between pieces is a hole, which has nothing to write back). A remote target has
+    // no page cache to push; a file system that refuses the hint gets none after the first.
+    static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    bool hint = !remote_ && lock_fd_ >= 0;
+    std::uint64_t pushed = 0;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+        try {
+            pending[i].get();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+            hint = false;
+            continue;
+        }
+        if (!hint) continue;
+        const std::uint64_t end = detail::align_down(parts[i].offset + parts[i].n, page);
+        if (end <= pushed) continue;
+        hint = detail::start_writeback(lock_fd_, pushed, end - pushed);
+        pushed = end;
+    }
+    if (first) std::rethrow_exception(first);
 }
 
 void atomic_write::commit() {

@@ -2,15 +2,32 @@
 // rename it over the target, fsync the directory. Readers see the old file or the new one,
 // never a mix; a failure (or a crash) before the rename leaves the old file intact. An s3://
 // target is written by multipart upload instead, which is atomic in the same sense.
+//
+// The contents go in as parallel requests in file order, and the kernel is asked to start
+// writing back each stretch once it is written: the disk works while the rest is still being
+// copied into the page cache, instead of idling until the fsync of commit(). On the
+// development machine's ext4 disk, the fsync of a 1 GiB save fell from 0.37-0.41 s to
+// 0.025-0.031 s (strace -T, four runs each); docs/benchmarks.md has the side-by-side figures.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 
 namespace ferry::formats {
+
+/// One piece of a file's new contents: `n` bytes at `data` (host or device memory) that go at
+/// `offset`. The memory must stay valid until atomic_write::write returns.
+struct write_piece {
+    const void* data = nullptr;
+    std::size_t n = 0;
+    std::uint64_t offset = 0;
+};
 
 /// One pending replacement of `target`; neither copyable nor movable (it lives on one frame).
 ///
@@ -31,6 +48,13 @@ public:
 
     /// The temporary file, open for writing at explicit offsets.
     ferry::file& file() { return *file_; }
+
+    /// Writes `pieces` (which must not overlap) into the temporary file: all at once as
+    /// parallel requests of at most 128 MiB in file order, starting the writeback of each
+    /// stretch of whole pages below the last request finished. Returns once every request has;
+    /// on an error, after the others finished, it throws the first one. Not durable before
+    /// commit(). Call it from one thread.
+    void write(const std::vector<write_piece>& pieces);
     const std::string& temp_path() const noexcept { return temp_; }
     const std::string& target() const noexcept { return target_; }
 
@@ -58,13 +82,13 @@ private:
 /// hidden one. Any other error is returned unchanged.
 system_error about_target(const system_error& e, const std::string& target);
 
-/// Saves `target` atomically: `write(file)` fills the temporary file, then commit(). Errors
-/// name `target` (see about_target).
+/// Saves `target` atomically: `write(w)` fills the temporary file of atomic_write `w` (with
+/// w.write, or through w.file()), then commit(). Errors name `target` (see about_target).
 template <class Write>
 void save_atomically(const std::string& target, Write&& write) {
     try {
         atomic_write w(target);
-        write(w.file());
+        write(w);
         w.commit();
     } catch (const system_error& e) {
         throw about_target(e, target);

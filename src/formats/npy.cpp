@@ -70,9 +70,8 @@ void save_npy(const std::string& path, const array& a) {
     std::optional<array> c;
     if (!fortran) c = to_c_order(a);
     const array& data = fortran ? a : *c;
-    formats::save_atomically(path, [&](const file& out) {
-        out.write(header.data(), header.size(), 0);
-        if (data.nbytes() > 0) out.write(data.data(), data.nbytes(), header.size());
+    formats::save_atomically(path, [&](formats::atomic_write& out) {
+        out.write({{header.data(), header.size(), 0}, {data.data(), data.nbytes(), header.size()}});
     });
 }
 

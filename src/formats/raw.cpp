@@ -88,9 +88,7 @@ array fromfile_into(const std::string& path, typed_order type, const array& out,
 
 void tofile(const array& a, const std::string& path) {
     array c = to_c_order(a);
-    formats::save_atomically(path, [&](const file& out) {
-        if (c.nbytes() > 0) out.write(c.data(), c.nbytes(), 0);
-    });
+    formats::save_atomically(path, [&](formats::atomic_write& out) { out.write({{c.data(), c.nbytes(), 0}}); });
 }
 
 }  // namespace ferry

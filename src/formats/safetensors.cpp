@@ -210,15 +210,10 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
         data.push_back(std::move(a));
     }
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
-    formats::save_atomically(path, [&](const file& out) {
-        issue_and_wait([&](std::vector<std::future<std::size_t>>& pending) {
-            pending.push_back(out.write_async(layout.prefix.data(), layout.prefix.size(), 0));
-            for (std::size_t i = 0; i < data.size(); ++i)
-                if (data[i].nbytes() > 0)
-                    pending.push_back(out.write_async(data[i].data(), data[i].nbytes(),
-                                                      layout.prefix.size() + layout.offsets[i]));
-        });
-    });
+    std::vector<formats::write_piece> pieces{{layout.prefix.data(), layout.prefix.size(), 0}};
+    for (std::size_t i = 0; i < data.size(); ++i)
+        pieces.push_back({data[i].data(), data[i].nbytes(), layout.prefix.size() + layout.offsets[i]});
+    formats::save_atomically(path, [&](formats::atomic_write& out) { out.write(pieces); });
 }
 
 }  // namespace ferry

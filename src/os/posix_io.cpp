@@ -63,6 +63,14 @@ void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t offset, c
     }
 }
 
+bool start_writeback(int fd, std::uint64_t offset, std::uint64_t n) {
+    for (int tries = 0; tries < 3; ++tries) {
+        if (sys::sync_file_range_write(fd, static_cast<off_t>(offset), static_cast<off_t>(n)) == 0) return true;
+        if (errno != EINTR) return false;
+    }
+    return false;
+}
+
 std::uint64_t file_size(int fd, const std::string& path) {
     struct stat st {};
     if (sys::fstat(fd, &st) != 0) throw system_error(errno, "fstat failed", {path});

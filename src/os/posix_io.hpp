@@ -17,6 +17,11 @@ inline constexpr std::size_t max_io_per_call = 0x7ffff000;
 std::size_t pread_full(int fd, void* dst, std::size_t n, std::uint64_t offset, const io_context& where);
 /// Writes all n bytes. Throws system_error.
 void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t offset, const io_context& where);
+/// Asks the kernel to start writing [offset, offset + n) of fd back to storage now, without
+/// waiting, so that a later fsync finds little left to do. A hint: returns false (and does
+/// nothing) where the file system or the descriptor does not take it; errors of the writeback
+/// itself are reported by the fsync that makes the data durable.
+bool start_writeback(int fd, std::uint64_t offset, std::uint64_t n);
 /// Current size (fstat). Throws system_error.
 std::uint64_t file_size(int fd, const std::string& path);
 

@@ -56,6 +56,12 @@ inline int fsync(int fd) {
     if (inject("fsync")) return -1;
     return ::fsync(fd);
 }
+/// Starts the writeback of the dirty pages in [off, off + n) without waiting for it
+/// (sync_file_range with SYNC_FILE_RANGE_WRITE): a hint, durable only after fsync.
+inline int sync_file_range_write(int fd, off_t off, off_t n) {
+    if (inject("sync_file_range")) return -1;
+    return ::sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE);
+}
 inline int ftruncate(int fd, off_t size) {
     if (inject("ftruncate")) return -1;
     return ::ftruncate(fd, size);

@@ -3,10 +3,16 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <string_view>
 
 #include "ferry/error.hpp"
+#include "os/fault_hook.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
@@ -77,6 +83,70 @@ TEST(atomic_write, new_file_and_errors) {
     EXPECT_TRUE(std::filesystem::exists(dir / "new.bin"));
     EXPECT_THROW(formats::atomic_write(dir / "missing/x.bin"), system_error);
     EXPECT_THROW(formats::atomic_write(dir.path()), system_error);
+}
+
+// Counts the writeback hints a save gives; with `refuse`, fails each of them with EINVAL, as a
+// file system without sync_file_range does.
+struct hint_counter {
+    static inline std::atomic<int> calls{0};
+    static inline std::atomic<bool> refuse{false};
+    static int hook(const char* call, std::size_t*) {
+        if (std::string_view(call) != "sync_file_range") return 0;
+        ++calls;
+        if (!refuse) return 0;
+        errno = EINVAL;
+        return -1;
+    }
+    explicit hint_counter(bool refuse_all) {
+        calls = 0;
+        refuse = refuse_all;
+        sys::hook = &hook;
+    }
+    ~hint_counter() { sys::hook = nullptr; }
+};
+
+// Pieces out of order, one across two 128 MiB stretches and a gap left as a hole: the file
+// holds each piece at its offset, and writeback was started while the requests finished.
+std::vector<std::uint8_t> save_pieces(const std::string& target, bool refuse, int& hints) {
+    std::vector<std::uint8_t> big((136u << 20) + 12345), small(4099), head(77);
+    std::iota(big.begin(), big.end(), std::uint8_t{1});
+    std::iota(small.begin(), small.end(), std::uint8_t{7});
+    std::iota(head.begin(), head.end(), std::uint8_t{200});
+    const std::uint64_t big_at = 4096 + 77, small_at = big_at + big.size() + 100;
+    {
+        hint_counter counter(refuse);
+        formats::atomic_write w(target);
+        w.write({{small.data(), small.size(), small_at}, {big.data(), big.size(), big_at}, {head.data(), 77, 0},
+                 {nullptr, 0, 5}});
+        w.commit();
+        hints = hint_counter::calls;
+    }
+    std::vector<std::uint8_t> want(small_at + small.size(), 0);
+    std::copy(head.begin(), head.end(), want.begin());
+    std::copy(big.begin(), big.end(), want.begin() + static_cast<std::ptrdiff_t>(big_at));
+    std::copy(small.begin(), small.end(), want.begin() + static_cast<std::ptrdiff_t>(small_at));
+    return want;
+}
+
+TEST(atomic_write, pieces_land_at_their_offsets_with_writeback_started_early) {
+    test::temp_dir dir;
+    std::string target = dir / "pieces.bin";
+    int hints = 0;
+    auto want = save_pieces(target, false, hints);
+    EXPECT_TRUE(test::read_whole(target) == want) << "the saved bytes differ";
+    // Requests end at 128 MiB, at the end of the big piece and at the end of the small one:
+    // each moves the written prefix past a new page, so each starts writeback.
+    EXPECT_GE(hints, 3);
+    EXPECT_EQ(entries(dir.path()), 1);
+}
+
+TEST(atomic_write, a_refused_writeback_hint_changes_nothing_but_speed) {
+    test::temp_dir dir;
+    std::string target = dir / "pieces.bin";
+    int hints = 0;
+    auto want = save_pieces(target, true, hints);
+    EXPECT_TRUE(test::read_whole(target) == want) << "the saved bytes differ";
+    EXPECT_EQ(hints, 1) << "a file system that refuses the hint is asked once per save";
 }
 
 }  // namespace

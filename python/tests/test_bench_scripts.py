@@ -1,0 +1,113 @@
+"""The side-by-side benchmark (bench/peers_bench.py) and the plot script (bench/plot_bench.py)
+run here in host mode on small files: every row is measured or says why not, the JSON holds
+what the tables print, and plots come out as PNGs (or a clear message without matplotlib)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+CLI = os.environ.get("FERRY_CLI", "")
+
+READERS = "ferry.fromfile,ferry.cli.raw,numpy.fromfile,ceiling.pread,kvikio.16,ferry.load.st"
+
+
+def run(args, timeout=300):
+    env = dict(os.environ, FERRY_CLI=CLI or "/nonexistent/ferry")
+    return subprocess.run([sys.executable] + args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("peers")
+    out = d / "peers.json"
+    r = run([os.path.join(BENCH, "peers_bench.py"), "--host", "--dir", str(d), "--size", "8M",
+             "--npy-size", "4M", "--st-size", "4M", "--layers", "4", "--repeat", "2", "--write-size", "4M",
+             "--write-rounds", "2", "--cache-drop", "fadvise", "--only", READERS, "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out) as f:
+        return json.load(f), r.stdout, d
+
+
+def test_every_reader_is_measured_or_says_why(host_run):
+    res, table, _ = host_run
+    rows = {(r["id"], r["cache"]): r for r in res["reads"]}
+    for rid in READERS.split(","):
+        r = rows[(rid, "hot")]
+        assert r.get("gbps") or r.get("unavailable") or r.get("skipped"), r
+    for rid in ("ferry.fromfile", "numpy.fromfile", "ceiling.pread", "ferry.load.st"):
+        r = rows[(rid, "hot")]
+        assert r["gbps"] > 0 and r["bytes"] == res["files"][r["file"]]["payload"], r
+        assert len(r["runs"]) == 2
+    assert res["files"]["safetensors"]["tensors"] == 4 * 9 + 3
+    if CLI:
+        assert rows[("ferry.cli.raw", "hot")]["gbps"] > 0
+        assert rows[("ferry.cli.raw", "hot")]["io"]
+    else:
+        assert "no ferry CLI" in rows[("ferry.cli.raw", "hot")]["unavailable"]
+    if importlib.util.find_spec("kvikio") is None:
+        assert "No module named 'kvikio'" in rows[("kvikio.16", "hot")]["unavailable"]
+        assert "not importable" in table
+    # cold rows: the page cache dropped before each, and the method said
+    for rid in ("ceiling.pread", "ferry.fromfile", "ferry.load.st"):
+        assert rows[(rid, "cold")]["cache_drop"] == "fadvise"
+    # ratios against the ceiling and ferry / peer, as the table prints them
+    numpy_row = rows[("numpy.fromfile", "hot")]
+    assert numpy_row["vs_ceiling"] == pytest.approx(numpy_row["gbps"] / res["ceilings"]["hot"])
+    assert numpy_row["ferry_py_over_this"] == pytest.approx(rows[("ferry.fromfile", "hot")]["gbps"]
+                                                            / numpy_row["gbps"])
+    assert "| raw | hot | ferry.fromfile (host) |" in table
+    assert "ferry Python / this" in table
+
+
+def test_durable_writes_are_interleaved_and_paired(host_run):
+    res, table, d = host_run
+    w = res["writes"]
+    assert w["bytes"] == 4 << 20
+    for k in ("ferry.tofile.host", "ferry.save.npy.host", "raw.pwrite.host"):
+        assert w["stats"][k]["n"] == 2 and w["stats"][k]["mean"] > 0
+    assert w["order"][0] != w["order"][1], "the order turns each round"
+    assert set(w["paired"]) >= {"ferry.tofile.host/raw", "ferry.save.npy.host/raw"}
+    assert "## Durable writes" in table
+    assert not [p for p in os.listdir(d) if p.startswith("peers-write-")], "written files are removed"
+
+
+def test_the_bench_refuses_gpu_mode_without_a_gpu(tmp_path):
+    import ferry
+    if ferry.cuda_device_count() > 0:
+        pytest.skip("there is a GPU here: GPU mode runs")
+    r = run([os.path.join(BENCH, "peers_bench.py"), "--dir", str(tmp_path), "--size", "1M"])
+    assert r.returncode == 2
+    assert "no usable GPU" in r.stderr and "--host" in r.stderr
+
+
+def test_plots(host_run, tmp_path):
+    res, _, d = host_run
+    png = tmp_path / "peers.png"
+    r = run([os.path.join(BENCH, "peers_bench.py"), "--replot", str(d / "peers.json"), "--plot", str(png)])
+    bench_json = tmp_path / "bench.json"
+    if CLI:
+        b = subprocess.run([CLI, "bench", "--size", "8M", "--device", "host", "--threads", "1,2", "--repeat", "1",
+                            "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert b.returncode == 0, b.stderr
+        bench_json.write_text(b.stdout)
+    else:  # the shape `ferry bench --json` prints, two thread counts
+        rows = [{"kind": "ceiling", "name": "pread", "threads": 2, "task_size": 4 << 20, "write": False, "gbps": 3.0},
+                {"kind": "ferry", "name": "host", "threads": 1, "task_size": 32 << 20, "write": False, "gbps": 1.5},
+                {"kind": "ferry", "name": "host", "threads": 2, "task_size": 32 << 20, "write": False, "gbps": 2.5}]
+        bench_json.write_text(json.dumps({"bytes": 8 << 20, "device": "host", "repeat": 1, "results": rows}))
+    bpng = tmp_path / "bench.png"
+    rb = run([os.path.join(BENCH, "plot_bench.py"), str(bench_json), "-o", str(bpng)])
+    if not HAVE_MPL:
+        for proc in (r, rb):
+            assert proc.returncode == 2 and "matplotlib is not installed" in proc.stderr
+        return
+    for proc, path in ((r, png), (rb, bpng)):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
