@@ -6,9 +6,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "backend/remote_servers.hpp"
+#include "backend/s3/credential_provider.hpp"
 #include "backend/s3/s3_object_writer.hpp"
 #include "backend/s3/s3_source.hpp"
 #include "ferry/error.hpp"
@@ -218,6 +220,9 @@ TEST(moto_auth, sigv4_signatures_verify) {
     std::string key_line = admin("make-key");
     ASSERT_EQ(key_line.rfind("KEY ", 0), 0u) << key_line;
     std::string id = key_line.substr(4, key_line.find(' ', 4) - 4), secret = key_line.substr(key_line.rfind(' ') + 1);
+    std::string role_line = admin("make-role reader");
+    ASSERT_EQ(role_line.rfind("ROLE ", 0), 0u) << role_line;
+    std::string role_arn = role_line.substr(5);
     admin("create-bucket signed");
     admin("put signed a/o.bin " + dir / "o.bin");
     admin("enable-auth");
@@ -258,6 +263,41 @@ TEST(moto_auth, sigv4_signatures_verify) {
         EXPECT_EQ(e.status(), 403);
         EXPECT_EQ(std::string(e.what()).find("wrong-secret"), std::string::npos) << e.what();
     }
+
+    // Assume-role: STS AssumeRole signed with the user's key (moto checks that signature too),
+    // then the role's temporary key and session token sign the reads.
+    std::filesystem::create_directories(dir / ".aws");
+    std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = " << id << "\naws_secret_access_key = " << secret << "\n";
+    std::ofstream(dir / ".aws/config") << "[profile dev]\nrole_arn = " << role_arn << "\nsource_profile = base\n";
+    detail::forget_shared_aws_signers();
+    std::map<std::string, std::string> role_vars = {{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"},
+                                                    {"AWS_PROFILE", "dev"}, {"AWS_ENDPOINT_URL", server.endpoint()}};
+    auto role_env = [role_vars](const std::string& n) -> std::optional<std::string> {
+        auto it = role_vars.find(n);
+        if (it == role_vars.end()) return std::nullopt;
+        return it->second;
+    };
+    settings s;
+    s.remote_retries = 1;
+    auto assumed = detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+    auto& as_s3 = dynamic_cast<detail::s3_source&>(*assumed);
+    EXPECT_EQ(as_s3.where().credentials.access_key.rfind("ASIA", 0), 0u);
+    EXPECT_FALSE(as_s3.where().credentials.session_token.empty());
+    EXPECT_NE(as_s3.where().credentials.source.find("role " + role_arn + " assumed with profile base"), std::string::npos)
+        << as_s3.where().credentials.source;
+    assumed->read(got.data(), got.size(), 500, {});
+    EXPECT_EQ(0, std::memcmp(got.data(), pattern(1000, 500, 9).data(), got.size()));
+    // The base key with a wrong secret: STS refuses the AssumeRole signature, naming the link.
+    std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = " << id << "\naws_secret_access_key = nope\n";
+    try {
+        detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+        FAIL() << "AssumeRole with a wrong signature was accepted";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 403) << e.what();
+        EXPECT_NE(std::string(e.what()).find("AssumeRole failed"), std::string::npos) << e.what();
+        EXPECT_NE(e.credentials().find("profile dev: role"), std::string::npos) << e.credentials();
+    }
+    detail::forget_shared_aws_signers();
 }
 
 }  // namespace
