@@ -57,6 +57,7 @@ public:
     const std::string& path() const noexcept { return location_; }
     const settings& config() const noexcept { return config_; }
     std::uint64_t size() const;
+    std::string version() const;
 
     /// Validates and plans a request; for reads with exactness::exact, throws end_of_file_error
     /// when the source is too short, else shortens n to what it has.
@@ -98,6 +99,7 @@ private:
     void disable_direct(const std::string& why);
 
     std::string location_;
+    std::string shown_;  ///< location_ as messages and logs show it (a URL's credentials redacted)
     open_mode mode_;
     settings config_;
     std::shared_ptr<engine> engine_;

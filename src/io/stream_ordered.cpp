@@ -205,12 +205,12 @@ std::future<std::size_t> file_impl::start_file_side(const request& r, std::size_
 
 std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s) {
     if (!cuda_available())
-        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {location_});
+        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {shown_});
     const bool on_gpu = r.kind == memory_kind::device || r.kind == memory_kind::managed;
     if (on_gpu && config_.gds == gds_mode::on)
         throw usage_error("stream-ordered requests go through ferry's pinned stream lanes, not cuFile, and "
                           "FERRY_GDS=on allows cuFile only; read or write without a stream, or use "
-                          "FERRY_GDS=auto: " + location_);
+                          "FERRY_GDS=auto: " + shown_);
     auto q = std::make_shared<stream_request>();
     q->file = shared_from_this();
     q->r = r;
@@ -255,13 +255,13 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
     std::vector<cudaStream_t> streams;
     for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream.get());
     try {
-        cuda_check(FERRY_CUDA(cudaEventRecord, d.start.get(), cs), "cudaEventRecord (stream-ordered request)", {location_, r.offset, r.n});
+        cuda_check(FERRY_CUDA(cudaEventRecord, d.start.get(), cs), "cudaEventRecord (stream-ordered request)", {shown_, r.offset, r.n});
         for (cudaStream_t ls : streams)
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {shown_, r.offset, r.n});
         for (std::size_t i = 0; i < count; ++i) {
             stream_lane& l = lane(i);
             const chunk& c = q->chunks[i];
-            const io_context where{location_, r.offset + c.pos, c.len};
+            const io_context where{shown_, r.offset + c.pos, c.len};
             if (!r.is_write()) {
                 queue_chunk(l.stream.get(), q, i);
                 cuda_check(FERRY_CUDA(cudaMemcpyAsync, r.mem + c.pos, c.buffer, c.len, cudaMemcpyDefault, l.stream.get()),
@@ -273,8 +273,8 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
             }
         }
         for (std::size_t i = 0; i < used; ++i) {
-            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location_, r.offset, r.n});
-            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {shown_, r.offset, r.n});
+            cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {shown_, r.offset, r.n});
         }
         queue_completion(cs, q);
     } catch (...) {
