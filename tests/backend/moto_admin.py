@@ -3,6 +3,8 @@
 
   moto_admin.py ENDPOINT make-key                 IAM user with an allow-all policy; prints "KEY id secret"
   moto_admin.py ENDPOINT make-role NAME           IAM role with an allow-all policy; prints "ROLE arn"
+  moto_admin.py ENDPOINT make-reader              IAM user allowed s3:GetObject only (no listing);
+                                                  prints "KEY id secret"
   moto_admin.py ENDPOINT create-bucket BUCKET
   moto_admin.py ENDPOINT put BUCKET KEY FILE
   moto_admin.py ENDPOINT get BUCKET KEY FILE      writes the object to FILE
@@ -27,12 +29,14 @@ def client(endpoint, service="s3", key=("testing", "testing")):
 def main(argv):
     endpoint, cmd, args = argv[1], argv[2], argv[3:]
     s3 = client(endpoint)
-    if cmd == "make-key":
+    if cmd in ("make-key", "make-reader"):
         iam = client(endpoint, "iam")
-        iam.create_user(UserName="ferry")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="ferry", PolicyName="all", PolicyDocument=json.dumps(policy))
-        k = iam.create_access_key(UserName="ferry")["AccessKey"]
+        user = "ferry" if cmd == "make-key" else "reader"
+        action = "*" if cmd == "make-key" else "s3:GetObject"
+        iam.create_user(UserName=user)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}]}
+        iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(policy))
+        k = iam.create_access_key(UserName=user)["AccessKey"]
         print("KEY", k["AccessKeyId"], k["SecretAccessKey"])
     elif cmd == "make-role":
         iam = client(endpoint, "iam")

@@ -11,8 +11,10 @@
 
 #include "backend/remote_servers.hpp"
 #include "backend/s3/credential_provider.hpp"
+#include "backend/s3/s3_bucket.hpp"
 #include "backend/s3/s3_object_writer.hpp"
 #include "backend/s3/s3_source.hpp"
+#include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::test {
@@ -29,6 +31,26 @@ std::string run(const std::string& cmd) {
     while (!out.empty() && out.back() == '\n') out.pop_back();
     return out;
 }
+
+/// Sets process environment variables for one scope (open_checkpoint reads the process's).
+class process_env {
+public:
+    explicit process_env(std::map<std::string, std::string> vars) {
+        for (auto& [k, v] : vars) {
+            const char* old = std::getenv(k.c_str());
+            saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+            ::setenv(k.c_str(), v.c_str(), 1);
+        }
+    }
+    ~process_env() {
+        for (auto& [k, v] : saved_)
+            if (v) ::setenv(k.c_str(), v->c_str(), 1);
+            else ::unsetenv(k.c_str());
+    }
+
+private:
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
 
 class moto_test : public ::testing::Test {
 protected:
@@ -220,11 +242,25 @@ TEST(moto_auth, sigv4_signatures_verify) {
     std::string key_line = admin("make-key");
     ASSERT_EQ(key_line.rfind("KEY ", 0), 0u) << key_line;
     std::string id = key_line.substr(4, key_line.find(' ', 4) - 4), secret = key_line.substr(key_line.rfind(' ') + 1);
+    std::string reader_line = admin("make-reader");
+    ASSERT_EQ(reader_line.rfind("KEY ", 0), 0u) << reader_line;
+    std::string reader_id = reader_line.substr(4, reader_line.find(' ', 4) - 4),
+                reader_secret = reader_line.substr(reader_line.rfind(' ') + 1);
     std::string role_line = admin("make-role reader");
     ASSERT_EQ(role_line.rfind("ROLE ", 0), 0u) << role_line;
     std::string role_arn = role_line.substr(5);
     admin("create-bucket signed");
     admin("put signed a/o.bin " + dir / "o.bin");
+    {
+        std::vector<named_array> t;
+        for (int i = 0; i < 3; ++i) {
+            array a(dtype::int32, {5000});
+            std::memcpy(a.data(), pattern(a.nbytes(), static_cast<std::uint64_t>(i), 6).data(), a.nbytes());
+            t.push_back({"t" + std::to_string(i), a});
+        }
+        for (const auto& f : save_checkpoint(dir / "ck", t, 30000))
+            admin("put signed ck/" + std::filesystem::path(f).filename().string() + " " + f);
+    }
     admin("enable-auth");
 
     auto open_with = [&](const std::string& url, const std::string& sec, open_mode mode = open_mode::read) {
@@ -296,6 +332,42 @@ TEST(moto_auth, sigv4_signatures_verify) {
         EXPECT_EQ(e.status(), 403) << e.what();
         EXPECT_NE(std::string(e.what()).find("AssumeRole failed"), std::string::npos) << e.what();
         EXPECT_NE(e.credentials().find("profile dev: role"), std::string::npos) << e.credentials();
+    }
+    detail::forget_shared_aws_signers();
+
+    // A checkpoint read with a key that may get objects but not list the bucket: the listing's
+    // 403 sends open_checkpoint to the prefix's index, which names the shards. With a wrong
+    // secret the index is refused: a RemoteError naming its URL and the status.
+    checkpoint local = open_checkpoint(dir / "ck");
+    {
+        process_env env({{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}, {"AWS_ACCESS_KEY_ID", reader_id},
+                         {"AWS_SECRET_ACCESS_KEY", reader_secret}, {"AWS_ENDPOINT_URL", server.endpoint()}});
+        try {
+            detail::list_s3_prefix("s3://signed/ck/", settings{});
+            FAIL() << "the reader may list the bucket: the fallback below is not tested";
+        } catch (const remote_error& e) {
+            EXPECT_EQ(e.status(), 403) << e.what();
+        }
+        checkpoint c = open_checkpoint("s3://signed/ck/");
+        EXPECT_EQ(c.index_path, "s3://signed/ck/model.safetensors.index.json");
+        EXPECT_EQ(c.shards.size(), local.shards.size());
+        checkpoint_load remote = load_checkpoint(c), near = load_checkpoint(local);
+        ASSERT_EQ(remote.tensors.size(), 3u);
+        for (std::size_t i = 0; i < 3; ++i)
+            EXPECT_EQ(0, std::memcmp(remote.tensors[i].value.data(), near.tensors[i].value.data(), near.tensors[i].value.nbytes()));
+    }
+    {
+        process_env env({{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}, {"AWS_ACCESS_KEY_ID", reader_id},
+                         {"AWS_SECRET_ACCESS_KEY", "wrong"}, {"AWS_ENDPOINT_URL", server.endpoint()}});
+        try {
+            open_checkpoint("s3://signed/ck/");
+            FAIL() << "a wrong secret opened the checkpoint";
+        } catch (const remote_error& e) {
+            EXPECT_EQ(e.status(), 403);
+            EXPECT_EQ(e.url(), "s3://signed/ck/model.safetensors.index.json");
+            EXPECT_EQ(e.credentials(), "environment");
+            EXPECT_EQ(std::string(e.what()).find("wrong"), std::string::npos) << e.what();
+        }
     }
     detail::forget_shared_aws_signers();
 }
