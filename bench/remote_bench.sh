@@ -2,7 +2,8 @@
 # Remote reads over loopback, on the GPU machine: nginx serves one object on 127.0.0.1 and four
 # readers fetch it, best of REPEAT runs each:
 #   curl     SPLIT parallel ranged `curl` downloads into /dev/null (the ceiling)
-#   ferry    ferry's http source into GPU memory (build/bench/ferry_remote_bench)
+#   ferry    ferry::file into GPU memory: the engine's staged, streaming path (ferry_remote_bench)
+#   ferry-raw the http source alone, ranged GETs into per-thread pinned buffers (--raw)
 #   ferry-cli `ferry load http://…` (when the CLI takes URLs)
 #   kvikio   kvikio.RemoteFile into a cupy array, best of KVIKIO_THREADS thread counts
 # and prints a table with GB/s and the ratios against the bars (ferry >= 0.9x curl, >= 2x KvikIO).
@@ -106,12 +107,15 @@ done
 curl_gbps=$(best "${curl_runs[@]}")
 echo "curl x$SPLIT: ${curl_runs[*]} GB/s"
 
-ferry_gbps=""
+ferry_gbps=""; raw_gbps=""
 if [ -x "$BUILD/bench/ferry_remote_bench" ]; then
   out=$("$BUILD/bench/ferry_remote_bench" "$url" --repeat "$REPEAT" ${FERRY_BENCH_ARGS:-}) || true
   echo "$out"
   ferry_gbps=$(echo "$out" | sed -n 's/.*best_GBps=\([0-9.]*\).*/\1/p')
   ferry_device=$(echo "$out" | sed -n 's/.*device=\([a-z]*\).*/\1/p')
+  out=$("$BUILD/bench/ferry_remote_bench" "$url" --repeat "$REPEAT" --raw ${FERRY_BENCH_ARGS:-}) || true
+  echo "$out"
+  raw_gbps=$(echo "$out" | sed -n 's/.*best_GBps=\([0-9.]*\).*/\1/p')
 else
   echo "remote_bench: $BUILD/bench/ferry_remote_bench missing (make build)" >&2
 fi
@@ -162,7 +166,8 @@ echo
 echo "object: $SIZE over http://127.0.0.1 (nginx, $workers workers), best of $REPEAT"
 printf '%-34s %8s %12s %12s\n' reader GB/s "vs curl" "vs KvikIO"
 printf '%-34s %8s %12s %12s\n' "curl, $SPLIT ranged GETs -> /dev/null" "$curl_gbps" "1.00x" "$(ratio "$curl_gbps" "$kvikio_gbps")"
-printf '%-34s %8s %12s %12s\n' "ferry http -> ${ferry_device:-?}" "${ferry_gbps:--}" "$(ratio "$ferry_gbps" "$curl_gbps")" "$(ratio "$ferry_gbps" "$kvikio_gbps")"
+printf '%-34s %8s %12s %12s\n' "ferry::file -> ${ferry_device:-?} (engine)" "${ferry_gbps:--}" "$(ratio "$ferry_gbps" "$curl_gbps")" "$(ratio "$ferry_gbps" "$kvikio_gbps")"
+printf '%-34s %8s %12s %12s\n' "ferry http source, raw loop" "${raw_gbps:--}" "$(ratio "$raw_gbps" "$curl_gbps")" "$(ratio "$raw_gbps" "$kvikio_gbps")"
 [ -n "$cli_gbps" ] && printf '%-34s %8s %12s %12s\n' "ferry load (CLI)" "$cli_gbps" "$(ratio "$cli_gbps" "$curl_gbps")" "$(ratio "$cli_gbps" "$kvikio_gbps")"
 printf '%-34s %8s %12s %12s\n' "KvikIO RemoteFile (${kvikio_threads:-?} threads)" "${kvikio_gbps:--}" "$(ratio "$kvikio_gbps" "$curl_gbps")" "1.00x"
 echo "bars: ferry >= 0.90x curl, >= 2.00x KvikIO"

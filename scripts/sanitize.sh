@@ -14,10 +14,12 @@ cxx=${SANITIZE_CXX:-g++}
 what=${1:-all}
 
 # The tests that exercise threads: the pool, every I/O path's concurrent conformance tests,
-# ferry::file (retries, destruction with requests in flight), the staging pool, and the
-# reliability suite's stress and fault-injection tests. Not the fork tests: TSan cannot follow
+# ferry::file (retries, destruction with requests in flight), the staging pool, the
+# reliability suite's stress and fault-injection tests, and the remote sources' shared state
+# (the connection pool under many readers, credentials renewed while four links read at
+# once). Not the fork tests: TSan cannot follow
 # a forked child that starts threads (it kills it), which ferry's child then does.
-tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|engine|file)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_'
+tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|engine|file|refresh_test)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_|^nginx_test\.many_threads'
 
 # The sanitizer flags go in through CMAKE_<LANG>_FLAGS and the linker flags, not the
 # FERRY_SANITIZE option: that option adds -fsanitize to every link step, the CUDA device-link

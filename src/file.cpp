@@ -1,6 +1,7 @@
 // ferry::file: the public face of io/file_impl.
 #include "ferry/file.hpp"
 
+#include "backend/http/url.hpp"
 #include "io/file_impl.hpp"
 
 namespace ferry {
@@ -18,6 +19,10 @@ std::future<T> failed(std::exception_ptr e) {
     return p.get_future();
 }
 }  // namespace
+
+std::string redact_location(const std::string& location) {
+    return detail::url_scheme(location).empty() ? location : detail::redact_url(location);
+}
 
 file::file(const std::string& path, open_mode mode, const settings& s)
     : impl_(std::make_shared<detail::file_impl>(path, mode, s)) {}
@@ -37,6 +42,7 @@ const std::string& file::path() const noexcept {
     return impl_ ? impl_->path() : none;
 }
 std::uint64_t file::size() const { return must(impl_).size(); }
+std::string file::version() const { return must(impl_).version(); }
 const settings& file::config() const noexcept { return impl_->config(); }
 
 std::size_t file::read(void* dst, std::size_t n, std::uint64_t offset) const {

@@ -207,14 +207,16 @@ settings settings::resolved() const {
     if (r.task_size == 0) r.task_size = 16 * r.staging_buffer_size;
     if (r.staging_memory_limit == 0) r.staging_memory_limit = 1ull << 30;
     // Stream lanes: a few large copies in flight, each from a buffer that many workers fill at
-    // once. Four lanes of 2 x 16 MiB reached 0.95x the pinned copy ceiling on the H200 machine,
+    // once. Four lanes of 2 x 8 MiB reached 0.95x the pinned copy ceiling on the H200 machine,
     // where the workers' own 2 MiB buffers stop at 0.90x (docs/benchmarks.md): fewer, larger
-    // DMA transfers. They take what the workers' staging leaves under the limit.
+    // DMA transfers. More or larger lanes did worse (8 x 16 MiB: 0.82x; 4 x 32 MiB: 0.78x),
+    // as more staging left the CPU caches. They take what the workers' staging leaves under
+    // the limit.
     if (r.stream_lanes == 0) r.stream_lanes = 4;
     if (r.lane_buffer_size == 0) {
         std::size_t used = r.threads * r.staging_buffers * r.staging_buffer_size;
         std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * r.stream_lanes) : 0;
-        std::size_t size = std::min(8 * r.staging_buffer_size, left) / (64u << 10) * (64u << 10);
+        std::size_t size = std::min(4 * r.staging_buffer_size, left) / (64u << 10) * (64u << 10);
         r.lane_buffer_size = std::max<std::size_t>(size, 64u << 10);
     }
     // Below one round of the lanes (every lane's buffer once), a request would not keep them

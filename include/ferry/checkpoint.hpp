@@ -64,8 +64,9 @@ struct checkpoint_tensor {
 };
 
 struct checkpoint_shard {
-    std::string path;
+    std::string path;             ///< a local path or a URL (as opened: show it redacted)
     std::uint64_t file_size = 0;
+    std::string version;          ///< a remote object's ETag (or Last-Modified) when its header was read; "" for local files
     safetensors_info header;
 };
 
@@ -82,10 +83,16 @@ struct FERRY_EXPORT checkpoint {
 };
 
 /// Opens a checkpoint: a folder (its *.safetensors.index.json, else its *.safetensors files),
-/// an index file, a glob ("dir/*.safetensors"), or one safetensors file. Reads every shard
-/// header in parallel and checks the index against them. Throws checkpoint_error (a shard the
-/// index names is missing, a tensor in two shards or in none, index and header disagreeing),
-/// format_error (invalid header: overlapping or out-of-file ranges, ...), system_error.
+/// an index file, a glob ("dir/*.safetensors"), or one safetensors file. A URL (http://,
+/// https://, s3://) names an index (".json" at the end), one object (".safetensors"), or a
+/// prefix: "s3://bucket/ckpt/", "https://host/path/" (a '/' at the end, a bucket alone, or a
+/// last segment without a dot), whose model.safetensors.index.json is read, else for S3 the
+/// *.safetensors objects directly under it (ListObjectsV2), else for http(s) its
+/// model.safetensors. Globs are local only. Reads every shard header in parallel and checks the
+/// index against them. Throws checkpoint_error (a shard the index names is missing, a tensor in
+/// two shards or in none, index and header disagreeing), format_error (invalid header:
+/// overlapping or out-of-file ranges, ...), system_error, remote_error (HTTP status, URL
+/// redacted, the credentials used). Messages show URLs with their credentials redacted.
 FERRY_EXPORT checkpoint open_checkpoint(const std::string& source);
 /// The same for an explicit list of safetensors files.
 FERRY_EXPORT checkpoint open_checkpoint(const std::vector<std::string>& files);
@@ -204,7 +211,8 @@ struct checkpoint_load {
 };
 
 /// Loads per plan_checkpoint. Fresh tensors of one placement share one allocation (see the
-/// ownership note in safetensors.hpp). Reads of all shards are one batch; sliced tensors that
+/// ownership note in safetensors.hpp). Remote shards whose size or version (ETag) changed
+/// since open_checkpoint are refused with checkpoint_error before any byte moves. Reads of all shards are one batch; sliced tensors that
 /// need a gather or conversion go through temporaries held under the memory budget, waiting
 /// (not failing) while other loads hold it. Throws what plan_checkpoint throws (before any
 /// byte lands in `into`), checkpoint_io_error for an I/O error mid-load.
@@ -218,7 +226,9 @@ FERRY_EXPORT std::uint64_t checkpoint_memory_budget() noexcept;
 /// The most the budget has had in use at once since the process started.
 FERRY_EXPORT std::uint64_t checkpoint_memory_peak() noexcept;
 
-/// Writes `tensors` as a Hugging Face checkpoint in `folder` (created if missing): one
+/// Writes `tensors` as a Hugging Face checkpoint in `folder` (created if missing; an
+/// "s3://bucket/prefix/" writes objects under that prefix, each shard by multipart upload, whole
+/// or not at all, and deletes an older index first): one
 /// model.safetensors when they fit in `max_shard_size` bytes, else shards
 /// model-0000K-of-0000N.safetensors (tensors in the given order, a new shard when the next
 /// would pass the size; a larger tensor alone) and model.safetensors.index.json

@@ -41,6 +41,11 @@ namespace detail {
 class file_impl;
 }
 
+/// `location` as messages show it: a URL loses its user information, and the values of query
+/// parameters that carry credentials (presigned signatures, tokens, keys) read REDACTED; a
+/// local path comes back as it is. Thread safe.
+FERRY_EXPORT std::string redact_location(const std::string& location);
+
 /// An open file. Move-only.
 ///
 /// Thread safety: every member function may be called from many threads at once; requests run
@@ -62,6 +67,10 @@ public:
     const std::string& path() const noexcept;
     /// Current size in bytes (fstat).
     std::uint64_t size() const;
+    /// What identifies these bytes beyond their size, fixed at open: a remote object's ETag (or
+    /// Last-Modified), as "ETag \"...\""; "" for local files. Two opens that give different
+    /// versions saw different objects.
+    std::string version() const;
     const settings& config() const noexcept;
 
     /// Reads exactly [offset, offset + n) into `dst`. Throws end_of_file_error if the file ends

@@ -176,7 +176,8 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
                     progress: Any = None, route: str = "auto", group: Any = None, tp: Any = None,
                     **group_options: Any):
     """Loads a checkpoint (a folder with model.safetensors.index.json, the index, a glob, a list
-    of files, or one file) in one plan over every shard.
+    of files, or one file; or a URL: ``s3://bucket/prefix/``, ``https://host/path/``, an index
+    URL, one object) in one plan over every shard.
 
     ``tensors`` selects: exact names (a list), a glob, a compiled regex, or a callable on the
     name. ``slices`` maps a name or glob to ``(dim, start, stop)`` or ``ferry.split(dim, parts,
@@ -245,9 +246,11 @@ def _parse_size(size: Any) -> int:
 def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
                     metadata: Mapping[str, str] | None = None) -> list:
     """Writes ``tensors`` (a dict name -> array/tensor, or a module's state_dict) as a Hugging
-    Face checkpoint in ``folder``: model.safetensors, or shards of at most ``max_shard_size``
-    (an int or "5GB", "500MiB") plus model.safetensors.index.json. Every file is atomic; an
-    older index is removed first and the new one written last. Returns the paths written."""
+    Face checkpoint in ``folder`` (or under an ``s3://bucket/prefix/``): model.safetensors, or
+    shards of at most ``max_shard_size`` (an int or "5GB", "500MiB") plus
+    model.safetensors.index.json. Every file is atomic (an S3 object is one multipart upload,
+    whole or not at all); an older index is removed first and the new one written last.
+    Returns the paths written."""
     p = fspath(folder)
     if p is None:
         raise UsageError("save_checkpoint takes a folder path")

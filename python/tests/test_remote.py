@@ -1,7 +1,9 @@
-"""URLs wherever paths go: fromfile, load and info over http:// (a real nginx) and s3:// (moto's
-S3 server), both started here on 127.0.0.1 with free ports and stopped afterwards; compared
-with numpy and safetensors reading the same files locally."""
+"""URLs wherever paths go: fromfile, load, info and checkpoints over http:// (a real nginx) and
+s3:// (moto's S3 server), each started once for this module on 127.0.0.1 with a free port and
+stopped afterwards; compared with numpy and safetensors reading the same files locally.
+Checkpoints are written by huggingface_hub's splitter and safetensors, as in test_checkpoint."""
 
+import json
 import os
 import shutil
 import socket
@@ -14,6 +16,8 @@ import numpy as np
 import pytest
 
 import ferry
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 # NGINX_ROOT: unpacked nginx packages (as the C++ tests take them), else the system's nginx.
 NGINX = next((p for p in ([os.path.join(os.environ["NGINX_ROOT"], "usr/sbin/nginx")]
@@ -49,6 +53,52 @@ def _stop(proc):
         proc.wait()
 
 
+def _state(seed=0):
+    rng = np.random.default_rng(seed)
+    sd = {"model.embed_tokens.weight": rng.standard_normal((128, 64)).astype(np.float16)}
+    for i in range(3):
+        p = "model.layers.%d." % i
+        for n in ("q_proj", "o_proj"):
+            sd[p + "self_attn.%s.weight" % n] = rng.standard_normal((64, 64)).astype(np.float16)
+        sd[p + "mlp.down_proj.weight"] = rng.standard_normal((64, 96)).astype(np.float32)
+        sd[p + "input_layernorm.weight"] = rng.standard_normal(64).astype(np.float32)
+    sd["lm_head.weight"] = rng.standard_normal((128, 64)).astype(np.float16)
+    sd["step"] = np.array([7], np.int64)
+    return sd
+
+
+def _hub_save(folder, sd, max_shard_size=40_000):
+    """A checkpoint as huggingface_hub splits it, each shard written by safetensors."""
+    hub = pytest.importorskip("huggingface_hub")
+    split = hub.split_state_dict_into_shards_factory(
+        sd, get_storage_size=lambda a: a.nbytes, max_shard_size=max_shard_size,
+        filename_pattern="model{suffix}.safetensors")
+    os.makedirs(folder, exist_ok=True)
+    for filename, names in split.filename_to_tensors.items():
+        safetensors_numpy.save_file({n: sd[n] for n in names}, os.path.join(folder, filename),
+                                    metadata={"format": "pt"})
+    if split.is_sharded:
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
+    return split
+
+
+def _reference(folder):
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            out.update(safetensors_numpy.load_file(os.path.join(folder, name)))
+    return out
+
+
+def _same(got, ref):
+    assert sorted(got) == sorted(ref)
+    for k, v in ref.items():
+        g = np.asarray(got[k])
+        assert g.dtype == v.dtype and g.shape == v.shape, k
+        assert g.tobytes() == v.tobytes(), k
+
+
 @pytest.fixture(scope="module")
 def served():
     if NGINX is None:
@@ -64,6 +114,14 @@ def served():
         from safetensors.numpy import save_file
         tensors = {"w": a, "b": np.arange(10, dtype=np.int16)}
         save_file(tensors, os.path.join(www, "m.safetensors"))
+        sd = _state()
+        _hub_save(os.path.join(www, "ckpt"), sd)
+        _hub_save(os.path.join(www, "single"), sd, max_shard_size=10 ** 9)
+        _hub_save(os.path.join(www, "broken"), sd)
+        _hub_save(os.path.join(www, "forbidden"), sd)
+        first = sorted(n for n in os.listdir(os.path.join(www, "broken")) if n.endswith(".safetensors"))[0]
+        os.remove(os.path.join(www, "broken", first))
+        os.makedirs(os.path.join(www, "empty"))
         for attempt in range(5):
             port = _free_port()
             conf = os.path.join(root, "nginx.conf")
@@ -73,7 +131,8 @@ def served():
                         "events { worker_connections 64; }\n"
                         "http { access_log off; client_body_temp_path %s/body; proxy_temp_path %s/proxy;"
                         " fastcgi_temp_path %s/fcgi; uwsgi_temp_path %s/uwsgi; scgi_temp_path %s/scgi;\n"
-                        " server { listen 127.0.0.1:%d; root %s; location / { } } }\n"
+                        " server { listen 127.0.0.1:%d; root %s; location / { }"
+                        " location ~ ^/forbidden/model-00002 { return 403; } } }\n"
                         % ((root,) * 7 + (port, www)))
             proc = subprocess.Popen([NGINX, "-p", root, "-e", root + "/logs/error.log", "-c", conf],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,7 +142,7 @@ def served():
         else:
             pytest.fail("nginx did not start")
         try:
-            yield "http://127.0.0.1:%d" % port, a, tensors
+            yield "http://127.0.0.1:%d" % port, a, tensors, www
         finally:
             _stop(proc)
     finally:
@@ -91,7 +150,7 @@ def served():
 
 
 def test_fromfile_takes_a_url(served):
-    base, a, _ = served
+    base, a, _, _ = served
     got = ferry.fromfile(base + "/a.bin", dtype=np.float32)
     np.testing.assert_array_equal(got, a.ravel())
     part = ferry.fromfile(base + "/a.bin", dtype=np.float32, count=10, offset=400)
@@ -99,7 +158,7 @@ def test_fromfile_takes_a_url(served):
 
 
 def test_load_and_info_take_urls(served):
-    base, a, tensors = served
+    base, a, tensors, _ = served
     np.testing.assert_array_equal(ferry.load(base + "/a.npy"), a)
     loaded = ferry.load(base + "/m.safetensors")
     assert sorted(loaded) == sorted(tensors)
@@ -109,7 +168,7 @@ def test_load_and_info_take_urls(served):
 
 
 def test_a_missing_url_is_a_remote_error(served):
-    base, _, _ = served
+    base, _, _, _ = served
     with pytest.raises(ferry.RemoteError) as e:
         ferry.load(base + "/nope.npy?X-Amz-Signature=s3cr3t")
     assert e.value.status == 404
@@ -118,7 +177,7 @@ def test_a_missing_url_is_a_remote_error(served):
 
 
 def test_load_a_url_into_gpu_memory(served, cupy):
-    base, a, tensors = served
+    base, a, tensors, _ = served
     got = ferry.load(base + "/a.npy", device="cuda", like="cupy")
     np.testing.assert_array_equal(cupy.asnumpy(got), a)
     loaded = ferry.load(base + "/m.safetensors", device="cuda", like="cupy")
@@ -126,37 +185,171 @@ def test_load_a_url_into_gpu_memory(served, cupy):
         np.testing.assert_array_equal(cupy.asnumpy(loaded[k]), v)
 
 
-def test_s3_through_moto(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """One moto S3 server for the module (it takes seconds to start), with the environment that
+    points ferry at it, a bucket, and checkpoints written by huggingface_hub under prefixes."""
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mp = pytest.MonkeyPatch()
     try:
         assert _wait_port(port, proc, 60), "moto did not start"
         endpoint = "http://127.0.0.1:%d" % port
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
-        s3.create_bucket(Bucket="ckpt")
-        a = np.arange(1000, dtype=np.float64)
-        np.save(tmp_path / "a.npy", a)
-        s3.upload_file(str(tmp_path / "a.npy"), "ckpt", "x/a.npy")
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket="ckpt")
+        local = tmp_path_factory.mktemp("s3-ckpt")
+        sd = _state()
+        for prefix, size in (("hub", 40_000), ("single", 10 ** 9), ("noindex", 40_000), ("broken", 40_000)):
+            _hub_save(str(local / prefix), sd, max_shard_size=size)
+            names = sorted(os.listdir(local / prefix))
+            for name in names:
+                if prefix == "noindex" and name.endswith(".json"):
+                    continue
+                if prefix == "broken" and name == names[0]:
+                    continue  # the index names it; the store does not have it
+                client.upload_file(str(local / prefix / name), "ckpt", "%s/%s" % (prefix, name))
+        # Keys in a deeper "folder" are not shards of the prefix above it.
+        client.upload_file(str(local / "single" / "model.safetensors"), "ckpt", "noindex/deeper/stray.safetensors")
         for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
                      "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}.items():
-            monkeypatch.setenv(k, v)
-        np.testing.assert_array_equal(ferry.load("s3://ckpt/x/a.npy"), a)
-        with pytest.raises(ferry.RemoteError) as e:
-            ferry.load("s3://ckpt/x/missing.npy")
-        assert e.value.status == 404
-        assert e.value.credentials == "environment"
-        # Saves go up as multipart uploads and load back the same.
-        ferry.save("s3://ckpt/y/b.npy", a)
-        ferry.save("s3://ckpt/y/m.safetensors", {"a": a})
-        np.testing.assert_array_equal(ferry.load("s3://ckpt/y/b.npy"), a)
-        np.testing.assert_array_equal(ferry.load("s3://ckpt/y/m.safetensors")["a"], a)
-        body = s3.get_object(Bucket="ckpt", Key="y/b.npy")["Body"].read()
-        with open(tmp_path / "b.npy", "wb") as f:
-            f.write(body)
-        np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), a)
+            mp.setenv(k, v)
+        yield {"endpoint": endpoint, "client": client, "local": local, "state": sd}
     finally:
+        mp.undo()
         _stop(proc)
+
+
+def test_s3_through_moto(s3, tmp_path):
+    client = s3["client"]
+    a = np.arange(1000, dtype=np.float64)
+    np.save(tmp_path / "a.npy", a)
+    client.upload_file(str(tmp_path / "a.npy"), "ckpt", "x/a.npy")
+    np.testing.assert_array_equal(ferry.load("s3://ckpt/x/a.npy"), a)
+    with pytest.raises(ferry.RemoteError) as e:
+        ferry.load("s3://ckpt/x/missing.npy")
+    assert e.value.status == 404
+    assert e.value.credentials == "environment"
+    # Saves go up as multipart uploads and load back the same.
+    ferry.save("s3://ckpt/y/b.npy", a)
+    ferry.save("s3://ckpt/y/m.safetensors", {"a": a})
+    np.testing.assert_array_equal(ferry.load("s3://ckpt/y/b.npy"), a)
+    np.testing.assert_array_equal(ferry.load("s3://ckpt/y/m.safetensors")["a"], a)
+    body = client.get_object(Bucket="ckpt", Key="y/b.npy")["Body"].read()
+    with open(tmp_path / "b.npy", "wb") as f:
+        f.write(body)
+    np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), a)
+
+
+def test_checkpoint_under_an_s3_prefix(s3):
+    ref = _reference(str(s3["local"] / "hub"))
+    for src in ("s3://ckpt/hub/", "s3://ckpt/hub", "s3://ckpt/hub/model.safetensors.index.json"):
+        got = ferry.load_checkpoint(src)
+        _same(got, ref)
+        assert got.stats["files"] >= 4
+    info = ferry.info_checkpoint("s3://ckpt/hub/")
+    assert info["index"] == "s3://ckpt/hub/model.safetensors.index.json"
+    assert all(sh["path"].startswith("s3://ckpt/hub/model-") for sh in info["shards"])
+    # One object, and a prefix holding only model.safetensors.
+    _same(ferry.load_checkpoint("s3://ckpt/single/"), _reference(str(s3["local"] / "single")))
+    _same(ferry.load_checkpoint("s3://ckpt/single/model.safetensors"), _reference(str(s3["local"] / "single")))
+    # No index: the *.safetensors objects directly under the prefix (ListObjectsV2), not deeper.
+    got = ferry.load_checkpoint("s3://ckpt/noindex/")
+    _same(got, ref)
+    assert ferry.info_checkpoint("s3://ckpt/noindex/")["index"] is None
+
+
+def test_checkpoint_slices_from_s3_read_only_what_they_need(s3):
+    ref = _reference(str(s3["local"] / "hub"))
+    rules = ferry.tensor_parallel(1, 2, column=["*q_proj.weight"], row=["*o_proj.weight", "*down_proj.weight"])
+    got = ferry.load_checkpoint("s3://ckpt/hub/", slices=rules, tensors="model.layers.*")
+    for name, v in got.items():
+        want = ref[name]
+        if name.endswith("q_proj.weight"):
+            want = want[32:]
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            want = want[:, want.shape[1] // 2:]
+        assert np.asarray(v).tobytes() == np.ascontiguousarray(want).tobytes(), name
+    whole = sum(ref[n].nbytes for n in got)
+    assert got.stats["bytes_read"] < whole
+
+
+def test_checkpoint_errors_under_an_s3_prefix(s3):
+    # The index names a shard the bucket lacks: a CheckpointError naming the tensor and the URL.
+    with pytest.raises(ferry.CheckpointError) as e:
+        ferry.load_checkpoint("s3://ckpt/broken/")
+    assert "s3://ckpt/broken/model-00001" in str(e.value)
+    assert "does not exist" in str(e.value)
+    assert e.value.tensor
+    with pytest.raises(ferry.CheckpointError) as e:
+        ferry.load_checkpoint("s3://ckpt/nothing-here/")
+    assert "s3://ckpt/nothing-here" in str(e.value)
+    with pytest.raises(ferry.RemoteError) as e:
+        ferry.load_checkpoint("s3://no-such-bucket/ckpt/")
+    assert e.value.status == 404 and "NoSuchBucket" in str(e.value)
+    with pytest.raises(ferry.RemoteError) as e:
+        ferry.load_checkpoint("s3://ckpt/hub/model-00009-of-00009.safetensors")
+    assert e.value.status == 404 and e.value.credentials == "environment"
+
+
+def test_save_checkpoint_to_s3(s3, tmp_path):
+    client = s3["client"]
+    sd = s3["state"]
+    written = ferry.save_checkpoint("s3://ckpt/saved", sd, max_shard_size="40KB", metadata={"by": "ferry"})
+    assert written[-1] == "s3://ckpt/saved/model.safetensors.index.json"
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="saved/")["Contents"])
+    assert keys == sorted(w[len("s3://ckpt/"):] for w in written)
+    # What safetensors and huggingface_hub's layout make of it: the same tensors, byte for byte.
+    for key in keys:
+        client.download_file("ckpt", key, str(tmp_path / os.path.basename(key)))
+    index = json.load(open(tmp_path / "model.safetensors.index.json"))
+    assert set(index["weight_map"]) == set(sd)
+    assert index["metadata"]["total_size"] == sum(v.nbytes for v in sd.values())
+    _same(_reference(str(tmp_path)), sd)
+    _same(ferry.load_checkpoint("s3://ckpt/saved/"), sd)
+    assert client.list_multipart_uploads(Bucket="ckpt").get("Uploads", []) == []
+    # A save that fails part way: the older index is gone first and nothing half-written shows.
+    bad = dict(sd)
+    bad["zz.complex"] = np.zeros(4, np.complex128)  # safetensors cannot store it
+    with pytest.raises(ferry.UsageError):
+        ferry.save_checkpoint("s3://ckpt/saved/", bad, max_shard_size="40KB")
+    left = [o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="saved/")["Contents"]]
+    assert "saved/model.safetensors.index.json" not in left
+    assert client.list_multipart_uploads(Bucket="ckpt").get("Uploads", []) == []
+    with pytest.raises(ferry.UsageError):
+        ferry.save_checkpoint("https://example.invalid/ckpt/", sd)
+
+
+def test_checkpoint_into_gpu_from_s3(s3, cupy):
+    ref = _reference(str(s3["local"] / "hub"))
+    got = ferry.load_checkpoint("s3://ckpt/hub/", device="cuda", like="cupy")
+    for k, v in ref.items():
+        assert cupy.asnumpy(got[k]).tobytes() == v.tobytes(), k
+
+
+def test_checkpoint_under_an_http_prefix(served):
+    base, _, _, www = served
+    ref = _reference(os.path.join(www, "ckpt"))
+    for src in (base + "/ckpt/", base + "/ckpt", base + "/ckpt/model.safetensors.index.json",
+                base + "/ckpt/?X-Amz-Signature=s3cr3t"):
+        _same(ferry.load_checkpoint(src), ref)
+    # No index: the prefix's model.safetensors (an HTTP prefix cannot be listed).
+    _same(ferry.load_checkpoint(base + "/single/"), _reference(os.path.join(www, "single")))
+
+
+def test_checkpoint_errors_under_an_http_prefix(served):
+    base, _, _, _ = served
+    with pytest.raises(ferry.CheckpointError) as e:
+        ferry.load_checkpoint(base + "/broken/?sig=s3cr3t")
+    assert "does not exist" in str(e.value) and "/broken/model-00001" in str(e.value)
+    assert "s3cr3t" not in str(e.value)
+    with pytest.raises(ferry.CheckpointError) as e:
+        ferry.load_checkpoint(base + "/empty/")
+    assert "cannot be listed" in str(e.value)
+    with pytest.raises(ferry.RemoteError) as e:
+        ferry.load_checkpoint(base + "/forbidden/?token=s3cr3t")
+    assert e.value.status == 403
+    assert "/forbidden/model-00002" in str(e.value) and "s3cr3t" not in str(e.value)

@@ -26,6 +26,15 @@ struct unavailable_reason {
     bool udev_missing = false;
 };
 
+/// Where a streaming read hands its bytes: consume() is called with consecutive pieces of the
+/// range, in order, each exactly once (a retried request resumes after the last byte it was
+/// given). It may throw; the read then stops and rethrows.
+class byte_sink {
+public:
+    virtual ~byte_sink() = default;
+    virtual void consume(const char* data, std::size_t n) = 0;
+};
+
 /// What a source can do and what it needs, as facts for the planner.
 struct source_traits {
     /// 0: reads and writes land at any address, offset and length. Otherwise each of the three
@@ -38,6 +47,9 @@ struct source_traits {
     std::size_t request_size = 0;
     /// How many requests the source serves best at once (0: the engine's thread count).
     std::size_t concurrency = 0;
+    /// read_stream() delivers the bytes of one request piece by piece as they arrive (a remote
+    /// response body), so a mover can pass them on before the request ends.
+    bool streams = false;
 };
 
 class source {
@@ -67,6 +79,14 @@ public:
     }
     /// The most payload one read_into() of a `capacity`-byte buffer carries at any offset.
     virtual std::size_t payload(std::size_t capacity) const noexcept { return capacity; }
+
+    /// Reads exactly [offset, offset + n), handing the bytes to `sink` in order as they arrive
+    /// (traits().streams); the default reads through a temporary buffer. Throws what read()
+    /// throws, or what the sink threw.
+    virtual void read_stream(std::size_t n, std::uint64_t offset, byte_sink& sink, const io_context& where);
+    /// What identifies the current bytes of the source beyond its size: a remote object's ETag
+    /// (or Last-Modified), fixed at open; "" when the source has none (local files).
+    virtual std::string version() const { return {}; }
 
     /// Writes exactly n bytes from host memory `src` at `offset`. Needs traits().writable.
     virtual void write(const char* src, std::size_t n, std::uint64_t offset, const io_context& where);

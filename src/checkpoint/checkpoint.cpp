@@ -1,6 +1,10 @@
-// Opening a checkpoint: finding its shards (folder, index, glob, list or one file), reading every
-// shard header in parallel, and checking the index against the headers, so that a load plans
-// over tensors whose places are known to be consistent.
+// Opening a checkpoint: finding its shards (folder, index, glob, list or one file; or, for
+// http(s):// and s3:// URLs, a prefix, an index URL or one object), reading every shard header
+// in parallel, and checking the index against the headers, so that a load plans over tensors
+// whose places are known to be consistent.
+//
+// Remote shards: each header costs one HEAD (the open) and one ranged GET, the first 256 KiB
+// (formats::read_safetensors_header). Messages name URLs with their credentials redacted.
 #include "ferry/checkpoint.hpp"
 
 #include <glob.h>
@@ -14,13 +18,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/http/url.hpp"
+#include "backend/s3/s3_bucket.hpp"
 #include "ferry/error.hpp"
+#include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
+#include "formats/safetensors_header.hpp"
 
 namespace ferry {
 
+namespace checkpoints {
+
+bool is_url(const std::string& location) { return !detail::url_scheme(location).empty(); }
+
+std::string shown(const std::string& location) {
+    return is_url(location) ? detail::redact_url(location) : location;
+}
+
+}  // namespace checkpoints
+
 checkpoint_error::checkpoint_error(std::string file, std::string tensor, std::string reason)
-    : format_error(std::move(file), tensor.empty() ? std::string("checkpoint") : "tensor '" + tensor + "'",
+    : format_error(checkpoints::shown(file), tensor.empty() ? std::string("checkpoint") : "tensor '" + tensor + "'",
                    std::move(reason)),
       tensor_(std::move(tensor)) {}
 
@@ -43,10 +61,15 @@ const checkpoint_tensor* checkpoint::find(const std::string& name) const {
 namespace {
 
 namespace fs = std::filesystem;
+using checkpoints::is_url;
+using checkpoints::shown;
 
 constexpr const char* index_name = "model.safetensors.index.json";
-// Headers are small reads; more threads than this only contend on the metadata path.
+// Headers are small reads; more threads than this only contend on the metadata path (or, for
+// remote shards, open more connections than the sources' own concurrency).
 constexpr std::size_t max_parallel_headers = 16;
+// An index is a name per tensor: far below this.
+constexpr std::uint64_t max_index_size = 256ull << 20;
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -69,8 +92,10 @@ std::vector<checkpoint_shard> read_headers(const std::vector<std::string>& paths
         for (std::size_t i = first; i < last; ++i)
             pending.push_back(std::async(std::launch::async, [&, i] {
                 shards[i].path = paths[i];
-                shards[i].file_size = fs::file_size(paths[i]);
-                shards[i].header = read_safetensors_info(paths[i]);
+                file f(paths[i], open_mode::read);
+                shards[i].file_size = f.size();
+                shards[i].version = f.version();
+                shards[i].header = formats::read_safetensors_header(f, shards[i].file_size, shown(paths[i]));
             }));
         std::exception_ptr err;
         for (auto& p : pending) {
@@ -94,7 +119,7 @@ void collect_tensors(checkpoint& c) {
             auto [it, fresh] = seen.emplace(t.name, s);
             if (!fresh)
                 throw checkpoint_error(sh.path, t.name,
-                                       "is also in shard " + c.shards[it->second].path);
+                                       "is also in shard " + shown(c.shards[it->second].path));
             c.tensors.push_back({t.name, t.type, t.shape, s, sh.header.data_offset + t.begin,
                                  t.end - t.begin});
         }
@@ -103,21 +128,74 @@ void collect_tensors(checkpoint& c) {
               [](const auto& a, const auto& b) { return a.name < b.name; });
 }
 
+std::string read_index_text(const std::string& index_path) {
+    if (!is_url(index_path)) {
+        std::ifstream in(index_path, std::ios::binary);
+        if (!in) throw system_error(errno, "open", {index_path, 0, 0});
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    }
+    file f(index_path, open_mode::read);
+    std::uint64_t n = f.size();
+    if (n > max_index_size)
+        throw format_error(shown(index_path), "index", "larger than 256 MiB (" + std::to_string(n) + " bytes)");
+    std::string text(n, '\0');
+    if (n) f.read(text.data(), n, 0);
+    return text;
+}
+
+// Where an index's shard names point: beside the index (a local folder, or the URL the index
+// was read from, its query string kept for each shard).
+class shard_namer {
+public:
+    explicit shard_namer(const std::string& index_path) : remote_(is_url(index_path)) {
+        if (!remote_) {
+            dir_ = fs::path(index_path).parent_path();
+            return;
+        }
+        std::string scheme = detail::url_scheme(index_path);
+        s3_ = scheme == "s3";
+        std::string base = index_path;
+        if (!s3_) {  // an S3 key may hold '?'; an http(s) URL's query is no part of the path
+            auto q = base.find('?');
+            if (q != std::string::npos) query_ = base.substr(q), base = base.substr(0, q);
+        }
+        base_ = base.substr(0, base.rfind('/') + 1);
+    }
+    /// Why `name` cannot be a shard of this index, or "".
+    std::string refuse(const std::string& name) const {
+        if (name.empty() || fs::path(name).is_absolute() || name.find("..") != std::string::npos)
+            return "shard name '" + name + "' leaves the folder";
+        if (remote_ && (name.find("://") != std::string::npos || name.find_first_of("?#\\") != std::string::npos))
+            return "shard name '" + name + "' is not a plain object name";
+        return {};
+    }
+    std::string operator()(const std::string& name) const {
+        if (!remote_) return (dir_ / name).string();
+        // s3:// keys are encoded when the request is made; http(s) paths are encoded here.
+        return base_ + (s3_ ? name : detail::uri_encode(name, true)) + query_;
+    }
+
+private:
+    bool remote_ = false, s3_ = false;
+    fs::path dir_;
+    std::string base_, query_;
+};
+
 checkpoint open_index(const std::string& index_path, const std::string& source) {
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) throw system_error(errno, "open", {index_path, 0, 0});
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string shown_index = shown(index_path);
+    std::string text = read_index_text(index_path);
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(ss.str());
+        j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        throw format_error(index_path, "index", std::string("invalid JSON: ") + e.what());
+        throw format_error(shown_index, "index", std::string("invalid JSON: ") + e.what());
     }
-    if (!j.is_object()) throw format_error(index_path, "index", "not a JSON object");
+    if (!j.is_object()) throw format_error(shown_index, "index", "not a JSON object");
     auto wm = j.find("weight_map");
     if (wm == j.end() || !wm->is_object())
-        throw format_error(index_path, "weight_map", "missing or not an object");
+        throw format_error(shown_index, "weight_map", "missing or not an object");
 
     checkpoint c;
     c.source = source;
@@ -125,30 +203,41 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     if (auto md = j.find("metadata"); md != j.end() && md->is_object())
         for (auto& [k, v] : md->items()) c.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
 
-    fs::path dir = fs::path(index_path).parent_path();
+    const shard_namer place(index_path);
+    const bool remote = is_url(index_path);
     std::map<std::string, std::string> placed;  // tensor -> shard file name, as the index says
     std::vector<std::string> names;             // shard file names, in first-use order
-    std::map<std::string, std::size_t> shard_of;
+    std::map<std::string, std::string> first_tensor;  // shard file name -> a tensor placed there
     for (auto& [tensor, file] : wm->items()) {
         if (!file.is_string())
             throw checkpoint_error(index_path, tensor, "weight_map value is not a file name");
         std::string f = file.get<std::string>();
-        if (f.empty() || fs::path(f).is_absolute() || f.find("..") != std::string::npos)
-            throw checkpoint_error(index_path, tensor, "shard name '" + f + "' leaves the folder");
+        if (std::string no = place.refuse(f); !no.empty()) throw checkpoint_error(index_path, tensor, no);
         placed[tensor] = f;
-        if (shard_of.emplace(f, names.size()).second) {
+        if (first_tensor.emplace(f, tensor).second) {
             std::error_code ec;
-            if (!fs::is_regular_file(dir / f, ec))
+            if (!remote && !fs::is_regular_file(place(f), ec))
                 throw checkpoint_error(index_path, tensor,
-                                       "the index places it in shard " + (dir / f).string() +
-                                           ", which does not exist");
+                                       "the index places it in shard " + place(f) + ", which does not exist");
             names.push_back(f);
         }
     }
     std::sort(names.begin(), names.end());
     std::vector<std::string> paths;
-    for (const auto& n : names) paths.push_back((dir / n).string());
-    c.shards = read_headers(paths);
+    for (const auto& n : names) paths.push_back(place(n));
+    try {
+        c.shards = read_headers(paths);
+    } catch (const remote_error& e) {
+        // A shard the index names but the store does not have: the index's error, as for a
+        // local folder, naming the tensor and the shard's URL.
+        if (e.status() != 404) throw;
+        for (const auto& n : names)
+            if (shown(place(n)) == e.url())
+                throw checkpoint_error(index_path, first_tensor[n],
+                                       "the index places it in shard " + shown(place(n)) +
+                                           ", which does not exist (HTTP 404)");
+        throw;
+    }
     collect_tensors(c);
 
     // The index and the headers must agree on every tensor's shard.
@@ -156,15 +245,15 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
         const std::string& shard = c.shards[t.shard].path;
         auto it = placed.find(t.name);
         if (it == placed.end())
-            throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + index_path);
-        if ((dir / it->second).string() != shard)
-            throw checkpoint_error(shard, t.name, "is in this shard but the index " + index_path +
+            throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
+        if (place(it->second) != shard)
+            throw checkpoint_error(shard, t.name, "is in this shard but the index " + shown_index +
                                                       " places it in " + it->second);
     }
     for (const auto& [tensor, file] : placed)
         if (!c.find(tensor))
-            throw checkpoint_error((dir / file).string(), tensor,
-                                   "the index " + index_path + " places it here but no shard holds it");
+            throw checkpoint_error(place(file), tensor,
+                                   "the index " + shown_index + " places it here but no shard holds it");
     return c;
 }
 
@@ -177,9 +266,81 @@ checkpoint open_files(std::vector<std::string> files, const std::string& source)
     return c;
 }
 
+bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
+
+// A prefix (ending in '/'): its index, else for S3 its *.safetensors objects (listed), else for
+// http(s) its model.safetensors (an HTTP prefix cannot be listed).
+checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source) {
+    const std::string scheme = detail::url_scheme(prefix);
+    if (scheme == "s3") {
+        std::vector<detail::s3_entry> entries;
+        try {
+            entries = detail::list_s3_prefix(prefix, settings::global());
+        } catch (const remote_error& e) {
+            // Reading without s3:ListBucket is common (GetObject only): then the index is the way in.
+            if (e.status() != 403) throw;
+            return open_index(prefix + index_name, source);
+        }
+        const std::string bucket_and_key = prefix.substr(5);
+        const std::string key_prefix = bucket_and_key.substr(bucket_and_key.find('/') + 1);
+        std::vector<std::string> indexes, files;
+        bool has_default_index = false;
+        for (const auto& e : entries) {
+            std::string name = e.key.substr(std::min(e.key.size(), key_prefix.size()));
+            if (name == index_name) has_default_index = true;
+            if (ends_with(name, ".safetensors.index.json")) indexes.push_back(prefix + name);
+            else if (ends_with(name, ".safetensors")) files.push_back(prefix + name);
+        }
+        if (has_default_index) return open_index(prefix + index_name, source);
+        if (indexes.size() == 1) return open_index(indexes[0], source);
+        if (indexes.size() > 1)
+            throw checkpoint_error(source, "", "holds " + std::to_string(indexes.size()) +
+                                                   " index files: name the one to load");
+        if (files.empty())
+            throw checkpoint_error(source, "", "no " + std::string(index_name) +
+                                                   " and no *.safetensors object under this prefix");
+        std::sort(files.begin(), files.end());
+        return open_files(std::move(files), source);
+    }
+    const std::string index = prefix + index_name + query;
+    try {
+        return open_index(index, source);
+    } catch (const remote_error& e) {
+        if (e.status() != 404 || e.url() != shown(index)) throw;
+    }
+    const std::string single = prefix + "model.safetensors" + query;
+    try {
+        return open_files({single}, source);
+    } catch (const remote_error& e) {
+        if (e.status() != 404 || e.url() != shown(single)) throw;
+    }
+    throw checkpoint_error(source, "", "neither " + std::string(index_name) +
+                                           " nor model.safetensors is under this prefix (HTTP 404), and an "
+                                           "HTTP prefix cannot be listed: name the index or the files");
+}
+
+// A URL: an index ("*.json"), a prefix ("/" at the end, a bucket, or a last segment without a
+// dot), or one safetensors object.
+checkpoint open_remote(const std::string& source) {
+    const std::string scheme = detail::url_scheme(source);
+    std::string base = source, query;
+    if (scheme != "s3") {
+        auto q = base.find('?');
+        if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
+    }
+    const std::size_t path_start = base.find('/', base.find("://") + 3);
+    if (path_start == std::string::npos) return open_prefix(base + "/", query, source);  // a host or a bucket
+    if (ends_with(base, ".json")) return open_index(source, source);
+    if (base.back() == '/') return open_prefix(base, query, source);
+    const std::string last = base.substr(base.rfind('/') + 1);
+    if (last.find('.') == std::string::npos) return open_prefix(base + "/", query, source);
+    return open_files({source}, source);
+}
+
 }  // namespace
 
 checkpoint open_checkpoint(const std::string& source) {
+    if (is_url(source)) return open_remote(source);
     std::error_code ec;
     if (fs::is_directory(source, ec)) {
         fs::path dir(source);

@@ -123,9 +123,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                            : static_cast<unsigned char*>(block.data()) + at[i];
     };
 
-    std::vector<std::string> paths;
-    for (const auto& s : c.shards) paths.push_back(s.path);
-    range_reader reader(paths);
+    range_reader reader(c.shards);
 
     // Completion bookkeeping: a tensor is complete when none of its requests or pieces is left.
     std::vector<std::uint64_t> left(n, 0);

@@ -2,7 +2,9 @@
 #include "checkpoint/range_reader.hpp"
 
 #include <algorithm>
+#include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "io/file_impl.hpp"
@@ -17,12 +19,57 @@ namespace {
 constexpr std::size_t max_segment_threads = 16;
 // A group of segments is at least this much: less and the hand-off costs more than the reads.
 constexpr std::uint64_t min_group_bytes = 1 << 20;
+// Remote shards opened at once (as open_checkpoint reads headers).
+constexpr std::size_t max_parallel_opens = 16;
 
 }  // namespace
 
-range_reader::range_reader(const std::vector<std::string>& paths) {
-    files_.reserve(paths.size());
-    for (const auto& p : paths) files_.emplace_back(p, open_mode::read);
+range_reader::range_reader(const std::vector<checkpoint_shard>& shards) {
+    std::vector<std::optional<file>> opened(shards.size());
+    auto open_one = [&](std::size_t i) {
+        const checkpoint_shard& sh = shards[i];
+        file f(sh.path, open_mode::read);
+        // The plan was made from the headers open_checkpoint read: bytes of another object
+        // under the same name would land as if they were the tensors it described. A remote
+        // shard is a new request for an object that may have been replaced; a local file that
+        // shrank shows as an I/O error of the reads it cuts short (checkpoint_io_error).
+        if (sh.path.find("://") == std::string::npos) {
+            opened[i].emplace(std::move(f));
+            return;
+        }
+        if (f.size() != sh.file_size)
+            throw checkpoint_error(sh.path, "", "changed since the checkpoint was opened (size " +
+                                                    std::to_string(sh.file_size) + " became " +
+                                                    std::to_string(f.size()) + ")");
+        if (std::string v = f.version(); !sh.version.empty() && v != sh.version)
+            throw checkpoint_error(sh.path, "", "changed since the checkpoint was opened (" + sh.version +
+                                                    " became " + (v.empty() ? "none" : v) + ")");
+        opened[i].emplace(std::move(f));
+    };
+    // Opening a local file costs microseconds; a remote one is a round trip (a HEAD): those go
+    // side by side, in batches.
+    for (std::size_t first = 0; first < shards.size(); first += max_parallel_opens) {
+        std::size_t last = std::min(shards.size(), first + max_parallel_opens);
+        bool remote = false;
+        for (std::size_t i = first; i < last; ++i) remote = remote || shards[i].path.find("://") != std::string::npos;
+        if (!remote || last - first == 1) {
+            for (std::size_t i = first; i < last; ++i) open_one(i);
+            continue;
+        }
+        std::vector<std::future<void>> pending;
+        for (std::size_t i = first; i < last; ++i) pending.push_back(std::async(std::launch::async, open_one, i));
+        std::exception_ptr err;
+        for (auto& p : pending) {
+            try {
+                p.get();
+            } catch (...) {
+                if (!err) err = std::current_exception();
+            }
+        }
+        if (err) std::rethrow_exception(err);
+    }
+    files_.reserve(shards.size());
+    for (auto& f : opened) files_.push_back(std::move(*f));
 }
 
 range_batch range_reader::submit(const std::vector<gather_request>& gathers) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/checkpoint.hpp"
 #include "ferry/file.hpp"
 
 namespace ferry::detail {
@@ -77,7 +78,10 @@ private:
 /// The files of one load, opened once. Thread-compatible.
 class range_reader {
 public:
-    explicit range_reader(const std::vector<std::string>& paths);
+    /// Opens the shards (remote ones side by side: each open is a round trip). Throws
+    /// checkpoint_error when a remote shard's size or version is no longer what
+    /// open_checkpoint saw.
+    explicit range_reader(const std::vector<checkpoint_shard>& shards);
     /// Joins the segment readers. Batches must have been waited for (they wait on destruction).
     ~range_reader();
     /// Starts every request at once; returns without waiting.

@@ -1,12 +1,17 @@
 // Saving a checkpoint in the Hugging Face layout. Order of operations is what keeps the folder
 // valid at every moment: an older index goes first (the folder then holds no checkpoint, or
 // the older single file), each shard is replaced atomically, and the new index comes last.
+// Under an s3:// prefix the same order holds with objects: DeleteObject on the older index, one
+// multipart upload per shard (the object appears whole when it completes, or not at all), and
+// the index uploaded last.
 #include <cstdio>
 #include <filesystem>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/http/url.hpp"
+#include "backend/s3/s3_bucket.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 #include "ferry/safetensors.hpp"
@@ -19,9 +24,21 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                                          const std::map<std::string, std::string>& metadata) {
     namespace fs = std::filesystem;
     if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
+    const std::string scheme = detail::url_scheme(folder);
+    const bool remote = !scheme.empty();
+    if (remote && scheme != "s3")
+        throw usage_error("save_checkpoint: " + scheme + ":// is read only; a checkpoint is saved to a folder or "
+                          "an s3:// prefix: " + detail::redact_url(folder));
     std::error_code ec;
-    fs::create_directories(folder, ec);
-    if (ec) throw system_error(ec.value(), "create_directories", {folder, 0, 0});
+    if (!remote) {
+        fs::create_directories(folder, ec);
+        if (ec) throw system_error(ec.value(), "create_directories", {folder, 0, 0});
+    }
+    // Objects under the prefix: "s3://b/ckpt" and "s3://b/ckpt/" are the same place.
+    auto under = [&](const std::string& name) {
+        if (!remote) return (fs::path(folder) / name).string();
+        return folder + (folder.ends_with("/") ? "" : "/") + name;
+    };
 
     std::set<std::string> names;
     for (const auto& t : tensors)
@@ -43,14 +60,14 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
 
     std::map<std::string, std::string> shard_meta = metadata;
     shard_meta.emplace("format", "pt");
-    fs::path dir(folder);
-    fs::path index = dir / "model.safetensors.index.json";
-    if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
-        throw system_error(ec.value(), "remove", {index.string(), 0, 0});
+    const std::string index = under("model.safetensors.index.json");
+    if (remote) detail::delete_s3_object(index, settings::global());
+    else if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
+        throw system_error(ec.value(), "remove", {index, 0, 0});
 
     std::vector<std::string> written;
     if (shards.size() == 1) {
-        std::string p = (dir / "model.safetensors").string();
+        std::string p = under("model.safetensors");
         save_safetensors(p, shards[0], shard_meta);
         written.push_back(p);
         return written;
@@ -60,7 +77,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
     for (std::size_t k = 0; k < shards.size(); ++k) {
         char name[64];
         std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-        std::string p = (dir / name).string();
+        std::string p = under(name);
         save_safetensors(p, shards[k], shard_meta);
         written.push_back(p);
         for (const auto& t : shards[k]) {
@@ -74,10 +91,10 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
     j["metadata"]["total_size"] = total;
     j["weight_map"] = weight_map;
     std::string text = j.dump(2) + "\n";
-    formats::atomic_write w(index.string());
+    formats::atomic_write w(index);
     w.file().write(text.data(), text.size(), 0);
     w.commit();
-    written.push_back(index.string());
+    written.push_back(index);
     return written;
 }
 

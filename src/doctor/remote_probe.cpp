@@ -4,18 +4,29 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "backend/http/http_source.hpp"
 #include "backend/http/url.hpp"
+#include "backend/s3/s3_bucket.hpp"
 #include "backend/s3/s3_source.hpp"
 
 namespace ferry::doctor {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+std::string iso_time(std::chrono::system_clock::time_point t) {
+    std::time_t tt = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    ::gmtime_r(&tt, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
 
 double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -85,6 +96,10 @@ json probe_remote(const std::string& location, const settings& config) {
             p["addressing"] = l.path_style ? "path" : "virtual host";
             p["credentials"] = l.credentials.source;
             p["credential_chain"] = l.chain;
+            // Temporary credentials: when they end and when the signer renews them (never the
+            // key, the secret or the token).
+            if (auto e = l.signer->expires()) p["credentials_expire"] = iso_time(*e);
+            if (auto r = l.signer->renews_at()) p["credentials_renew_at"] = iso_time(*r);
             if (l.key.empty() || l.key.back() == '/') {
                 // A prefix: list it (one key) to see the bucket answers, and probe its first object.
                 detail::http_client client(s);
@@ -92,7 +107,7 @@ json probe_remote(const std::string& location, const settings& config) {
                 rq.url = l.bucket_url + "?list-type=2&max-keys=1&prefix=" + detail::uri_encode(l.key, false);
                 rq.follow_redirects = false;
                 auto t0 = clock_type::now();
-                detail::http_response r = client.perform(rq, l.auth);
+                detail::http_response r = client.perform(rq, l.signer->current());
                 p["latency_ms"] = seconds_since(t0) * 1e3;
                 if (r.status != 200) {
                     p["error"] = "listing " + l.location + " failed: " +
@@ -102,6 +117,20 @@ json probe_remote(const std::string& location, const settings& config) {
                 }
                 p["exists"] = true;
                 std::string first = xml_field(r.body, "Key");
+                // What a checkpoint load would find there (the index, else the shards).
+                try {
+                    auto entries = detail::list_s3_prefix("s3://" + l.bucket + "/" + l.key, s);
+                    std::size_t shards = 0;
+                    bool index = false;
+                    for (const auto& e : entries) {
+                        index = index || e.key.ends_with("model.safetensors.index.json");
+                        shards += e.key.ends_with(".safetensors");
+                    }
+                    if (index) p["checkpoint"] = "model.safetensors.index.json and " + std::to_string(shards) + " shards";
+                    else if (shards) p["checkpoint"] = std::to_string(shards) + " *.safetensors objects, no index";
+                } catch (const std::exception&) {
+                    // The one-key listing above answered; a failing full listing adds nothing here.
+                }
                 if (first.empty()) {
                     p["objects"] = 0;
                     p["note"] = "the prefix holds no object: no throughput probe";

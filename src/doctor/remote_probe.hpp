@@ -15,7 +15,8 @@ namespace ferry::doctor {
 bool is_remote_location(const std::string& location);
 
 /// `paths[]` entry for a remote location: path (redacted), remote, exists, type, size_bytes,
-/// error, endpoint, region, credentials, credential_chain, latency_ms, throughput, plan.
+/// error, endpoint, region, credentials, credentials_expire and credentials_renew_at (temporary
+/// credentials), credential_chain, checkpoint (an s3 prefix), latency_ms, throughput, plan.
 /// Never throws for the location's sake. Reads at most 64 MiB of the object.
 json probe_remote(const std::string& location, const settings& s);
 

@@ -139,11 +139,17 @@ void remote_section(std::string& out, const json& p) {
     }
     if (get(p, "region").is_string()) line(out, "region", str(get(p, "region")));
     line(out, "credentials", str(get(p, "credentials"), "none"));
+    if (get(p, "credentials_expire").is_string())
+        line(out, "  temporary", "valid until " + str(get(p, "credentials_expire")) +
+                                     (get(p, "credentials_renew_at").is_string()
+                                          ? ", renewed from the same link at " + str(get(p, "credentials_renew_at"))
+                                          : std::string()));
     for (const auto& c : get(p, "credential_chain")) line(out, "  chain", str(c));
     if (get(p, "exists") != true) {
         line(out, "error", str(get(p, "error")));
     } else {
         if (get(p, "probed_object").is_string()) line(out, "probed", str(get(p, "probed_object")));
+        if (get(p, "checkpoint").is_string()) line(out, "checkpoint", str(get(p, "checkpoint")));
         if (get(p, "size_bytes").is_number()) line(out, "size", bytes(get(p, "size_bytes")));
         if (get(p, "latency_ms").is_number()) {
             char b[64];

@@ -30,18 +30,7 @@ constexpr std::uint64_t merge_gap = 1 << 20;
 constexpr std::uint64_t placement_alignment = 256;
 
 safetensors_info read_info(const file& f) {
-    const std::string& path = f.path();
-    std::uint64_t size = f.size();
-    if (size < 8) throw format_error(path, "header_length", "file shorter than 8 bytes");
-    unsigned char len[8];
-    f.read(len, 8, 0);
-    std::uint64_t n = 0;
-    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
-    // Validated before allocating: n <= min(cap, size - 8).
-    formats::check_safetensors_header_size(n, size, path);
-    std::string header(n, '\0');
-    f.read(header.data(), n, 8);
-    return formats::parse_safetensors_header(header, size, path);
+    return formats::read_safetensors_header(f, f.size(), redact_location(f.path()));
 }
 
 struct merged_range {

@@ -108,6 +108,25 @@ void check_safetensors_header_size(std::uint64_t n, std::uint64_t file_size,
     if (n < 2) throw format_error(file, "header", "header too short to be a JSON object");
 }
 
+safetensors_info read_safetensors_header(const file& f, std::uint64_t size, const std::string& name) {
+    constexpr std::uint64_t remote_guess = 256 << 10;
+    if (size < 8) throw format_error(name, "header_length", "file shorter than 8 bytes");
+    const bool remote = f.path().find("://") != std::string::npos;
+    const std::uint64_t first = remote ? std::min(size, remote_guess) : 8;
+    std::string head(first, '\0');
+    f.read(head.data(), first, 0);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(head[i])) << (8 * i);
+    // Validated before allocating: n <= min(cap, size - 8).
+    check_safetensors_header_size(n, size, name);
+    if (8 + n <= first) return parse_safetensors_header(std::string_view(head).substr(8, n), size, name);
+    std::string header(n, '\0');
+    const std::uint64_t have = first - 8;
+    std::copy(head.begin() + 8, head.end(), header.begin());
+    f.read(header.data() + have, n - have, first);
+    return parse_safetensors_header(header, size, name);
+}
+
 safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t file_size,
                                           const std::string& file) {
     check_safetensors_header_size(header.size(), file_size, file);

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
 
 namespace ferry::formats {
@@ -14,6 +15,12 @@ namespace ferry::formats {
 /// Validates the header length N read from the first 8 bytes against the cap and the file size.
 void check_safetensors_header_size(std::uint64_t n, std::uint64_t file_size,
                                    const std::string& file);
+
+/// Reads and validates the header of the open file `f` (`size` bytes); messages call it `name`.
+/// A remote file (a URL) is asked for its first 256 KiB at once, which hold the whole header of
+/// nearly every file (about 100 bytes per tensor): 8 bytes first and then the header would cost
+/// a second round trip. A local file reads exactly the 8 bytes, then the header.
+safetensors_info read_safetensors_header(const file& f, std::uint64_t size, const std::string& name);
 
 /// Parses the JSON `header` of a file of `file_size` bytes. Throws format_error naming `file`.
 safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t file_size,

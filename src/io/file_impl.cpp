@@ -8,7 +8,7 @@
 namespace ferry::detail {
 
 file_impl::file_impl(const std::string& location, open_mode mode, const settings& s)
-    : location_(location), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
+    : location_(location), shown_(ferry::redact_location(location)), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
     source_ = open_source(location, mode, config_);
     engine_ = engine::shared(config_);
 }
@@ -16,17 +16,22 @@ file_impl::file_impl(const std::string& location, open_mode mode, const settings
 file_impl::~file_impl() = default;  // reached only when no request holds the file any more
 
 void file_impl::check_open() const {
-    if (closed_) throw usage_error("file is closed: " + location_);
+    if (closed_) throw usage_error("file is closed: " + shown_);
     // In a forked child the parent's requests on this file never finish and its engine has no
     // workers: refuse rather than hang.
     if (pid_ != ::getpid())
         throw usage_error("file was opened in process " + std::to_string(pid_) +
-                          " before fork(); open it again in this process: " + location_);
+                          " before fork(); open it again in this process: " + shown_);
 }
 
 std::uint64_t file_impl::size() const {
     check_open();
     return source_->size();
+}
+
+std::string file_impl::version() const {
+    check_open();
+    return source_->version();
 }
 
 void file_impl::sync() const {

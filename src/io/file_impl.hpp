@@ -72,8 +72,11 @@ public:
     ~file_impl();
 
     const std::string& path() const noexcept { return location_; }
+    /// The location as messages show it (a URL's credentials redacted).
+    const std::string& shown() const noexcept { return shown_; }
     const settings& config() const noexcept { return config_; }
     std::uint64_t size() const;
+    std::string version() const;
 
     /// Validates and plans a request; for reads with exactness::exact, throws end_of_file_error
     /// when the source is too short, else shortens n to what it has.
@@ -132,6 +135,7 @@ private:
     void disable_direct(const std::string& why);
 
     std::string location_;
+    std::string shown_;  ///< location_ as messages and logs show it (a URL's credentials redacted)
     open_mode mode_;
     settings config_;
     std::shared_ptr<engine> engine_;

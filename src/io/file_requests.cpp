@@ -78,10 +78,10 @@ void file_impl::count(direction dir, io_path p, int route, std::uint64_t bytes, 
 request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e) {
     check_open();
     const bool is_write = dir == direction::write;
-    if (is_write && mode_ == open_mode::read) throw usage_error("file is open for reading only: " + location_);
+    if (is_write && mode_ == open_mode::read) throw usage_error("file is open for reading only: " + shown_);
     if (!is_write && (mode_ == open_mode::write || mode_ == open_mode::append_write))
-        throw usage_error("file is open for writing only: " + location_);
-    if (n > 0 && !mem) throw usage_error("null buffer for a request of " + std::to_string(n) + " bytes: " + location_);
+        throw usage_error("file is open for writing only: " + shown_);
+    if (n > 0 && !mem) throw usage_error("null buffer for a request of " + std::to_string(n) + " bytes: " + shown_);
     request r;
     r.dir = dir;
     r.mem = static_cast<char*>(const_cast<void*>(mem));
@@ -91,7 +91,7 @@ request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::u
     if (!is_write) {
         std::uint64_t sz = size();
         if (offset > sz || n > sz - offset) {
-            if (e == exactness::exact) throw end_of_file_error({location_, offset, n}, sz);
+            if (e == exactness::exact) throw end_of_file_error({shown_, offset, n}, sz);
             r.n = offset >= sz ? 0 : static_cast<std::size_t>(sz - offset);
         }
     }
@@ -106,7 +106,7 @@ request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::u
     log_plan_once(p, dir);
     if (log_enabled(log_level::debug, config_))
         log(log_level::debug, config_,
-            location_ + ": " + (is_write ? "write " : "read ") + std::to_string(r.n) + " bytes at " +
+            shown_ + ": " + (is_write ? "write " : "read ") + std::to_string(r.n) + " bytes at " +
                 std::to_string(offset) + " (" + to_string(r.kind) + " memory) via " +
                 std::string(to_string(r.counted_as)));
     return r;
@@ -135,7 +135,7 @@ void file_impl::move(source& src, mover how, const piece& p, const io_context& w
 
 void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
     trace_range range(range_name(r.counted_as, r.dir));
-    io_context where{location_, r.offset + pos, len};
+    io_context where{shown_, r.offset + pos, len};
     piece p{r.dir, r.mem, pos, len, r.offset + pos, r.device};
     source* src = r.src;
     io_path used = r.counted_as;
@@ -210,7 +210,7 @@ std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers
         // close() either waits for it or it never touches the descriptors.
         std::lock_guard lock(inflight_mutex_);
         if (r.file_side && closed_)
-            throw usage_error("file was closed before its stream reached the request: " + location_);
+            throw usage_error("file was closed before its stream reached the request: " + shown_);
         ++inflight_;
     }
     st->remaining = tasks;

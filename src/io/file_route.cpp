@@ -91,8 +91,8 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
         bool cufile = std::any_of(p.reasons.begin(), p.reasons.end(),
                                   [](const reason& r) { return r.code == reason_code::cufile_unusable; });
         if (cufile)
-            throw cufile_error(p.refusal->code, p.refusal->text, {location_});
-        throw usage_error(p.refusal->text + ": " + location_);
+            throw cufile_error(p.refusal->code, p.refusal->text, {shown_});
+        throw usage_error(p.refusal->text + ": " + shown_);
     }
     for (const auto& r : p.reasons)
         if (r.fallback) fallback(r.text);
@@ -101,7 +101,7 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
 
 void file_impl::log_plan_once(const plan_result& p, direction dir) {
     if (!log_enabled(log_level::info, config_)) return;
-    std::string line = location_ + ": " + (dir == direction::write ? "writes from " : "reads into ") +
+    std::string line = shown_ + ": " + (dir == direction::write ? "writes from " : "reads into ") +
                        "this memory take the " + std::string(to_string(p.chosen.counted_as)) + " path";
     for (const auto& r : p.reasons) line += "; " + r.text;
     {
@@ -113,7 +113,7 @@ void file_impl::log_plan_once(const plan_result& p, direction dir) {
 
 void file_impl::fallback(const std::string& reason) {
     note_process_fallback(reason);
-    if (counters_.add_fallback(reason)) log(log_level::info, config_, location_ + ": fallback: " + reason);
+    if (counters_.add_fallback(reason)) log(log_level::info, config_, shown_ + ": fallback: " + reason);
 }
 
 // ---- planning for the doctor ----

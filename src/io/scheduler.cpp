@@ -155,7 +155,7 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
             it = sizes.end() - 1;
         }
         std::uint64_t end = g.offset + (g.rows - 1) * g.pitch + g.width;
-        if (end > it->second) throw end_of_file_error({g.file->path(), g.offset, end - g.offset}, it->second);
+        if (end > it->second) throw end_of_file_error({g.file->shown(), g.offset, end - g.offset}, it->second);
     }
     memory_kind kind = memory_kind_of(real.front().memory);
     if (kind == memory_kind::host || kind == memory_kind::pinned) return submit_host_gathers(real);

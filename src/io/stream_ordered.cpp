@@ -252,7 +252,7 @@ struct stream_request {
                 std::exception_ptr e;
                 try {
                     for (const lane_read& rd : g)
-                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, {rd.file->path(), rd.offset, rd.len});
+                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, {rd.file->shown_, rd.offset, rd.len});
                 } catch (...) {
                     e = std::current_exception();
                 }
@@ -350,14 +350,14 @@ void CUDART_CB run_completion(void* p) {
 void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t index) {
     auto call = std::make_unique<chunk_call>(chunk_call{q, index});
     cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_chunk, call.get()), "cudaLaunchHostFunc",
-               {q->file->path(), q->r.offset + q->chunks[index].pos, q->chunks[index].len});
+               {q->file->shown(), q->r.offset + q->chunks[index].pos, q->chunks[index].len});
     call.release();
 }
 
 void queue_completion(cudaStream_t s, const std::shared_ptr<stream_request>& q) {
     auto call = std::make_unique<std::shared_ptr<stream_request>>(q);
     cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_completion, call.get()), "cudaLaunchHostFunc",
-               {q->file->path(), q->r.offset, q->r.n});
+               {q->file->shown(), q->r.offset, q->r.n});
     call.release();
 }
 
@@ -394,12 +394,12 @@ std::future<std::size_t> file_impl::start_on_lanes(const request& r, completion 
 
 std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s, completion then) {
     if (!cuda_available())
-        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {location_});
+        throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {shown_});
     const bool on_gpu = r.kind == memory_kind::device || r.kind == memory_kind::managed;
     if (on_gpu && config_.gds == gds_mode::on)
         throw usage_error("stream-ordered requests go through ferry's pinned stream lanes, not cuFile, and "
                           "FERRY_GDS=on allows cuFile only; read or write without a stream, or use "
-                          "FERRY_GDS=auto: " + location_);
+                          "FERRY_GDS=auto: " + shown_);
     auto q = std::make_shared<stream_request>();
     q->file = shared_from_this();
     q->r = r;
@@ -432,7 +432,7 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
 
 void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device) {
     const request& r = q->r;
-    const std::string& location = q->file->location_;
+    const std::string& location = q->file->shown_;  // redacted
     set_device(device);
     stream_lanes& lanes = q->file->engine_->lanes();
     std::lock_guard lock(lanes.enqueue_mutex());
@@ -500,7 +500,7 @@ std::future<std::size_t> start_gather(const std::vector<gather>& extents, int de
     if (extents.empty() || !extents.front().file) throw usage_error("internal: a gather without extents");
     if (!cuda_available())
         throw cuda_error(cudaErrorNoDevice, "a gather into GPU memory needs CUDA: " + cuda_unavailable_reason(),
-                         {extents.front().file->path()});
+                         {extents.front().file->shown_});
     auto q = std::make_shared<stream_request>();
     q->file = extents.front().file;  // its engine's lanes carry the gather
     q->r.dir = direction::read;

@@ -149,6 +149,86 @@ TEST_F(chain_test, instance_metadata_v2) {
     EXPECT_NE(c.source.find("IMDSv2"), std::string::npos);
 }
 
+TEST_F(chain_test, a_role_profile_assumes_its_role_with_the_source_profile) {
+    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIABASE"});
+    write(".aws/credentials", "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = base-secret\n");
+    write(".aws/config", "[profile mid]\nrole_arn = arn:aws:iam::1:role/mid\nsource_profile = base\n"
+                         "[profile dev]\nrole_arn = arn:aws:iam::1:role/dev\nsource_profile = mid\n"
+                         "duration_seconds = 900\nexternal_id = x y\n");
+    env_.vars["AWS_PROFILE"] = "dev";
+    env_.vars["AWS_ENDPOINT_URL_STS"] = sts.url();
+    auto c = resolve();
+    EXPECT_EQ(c.access_key, "ASIAROLEEXAMPLE");
+    EXPECT_EQ(c.session_token, "asiarole-session");
+    EXPECT_TRUE(static_cast<bool>(c.refresh));
+    // A chain of roles: dev assumed with mid's credentials, themselves assumed with base's keys.
+    EXPECT_NE(c.source.find("profile dev: role arn:aws:iam::1:role/dev assumed with profile mid: role "
+                            "arn:aws:iam::1:role/mid assumed with profile base"),
+              std::string::npos)
+        << c.source;
+    EXPECT_EQ(c.source.find("base-secret"), std::string::npos);
+    EXPECT_EQ(c.refresh().access_key, "ASIAROLEEXAMPLE");
+}
+
+TEST_F(chain_test, role_profiles_that_cannot_work_say_why) {
+    write(".aws/config", "[profile orphan]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = gone\n"
+                         "[profile a]\nrole_arn = arn:aws:iam::1:role/a\nsource_profile = b\n"
+                         "[profile b]\nrole_arn = arn:aws:iam::1:role/b\nsource_profile = a\n"
+                         "[profile mfa]\nrole_arn = arn:aws:iam::1:role/m\nsource_profile = mfa\n"
+                         "mfa_serial = arn:aws:iam::1:mfa/u\naws_access_key_id = AKIA\naws_secret_access_key = s\n"
+                         "[profile odd]\nrole_arn = arn:aws:iam::1:role/o\ncredential_source = Somewhere\n");
+    for (auto [profile, words] : std::vector<std::pair<const char*, const char*>>{
+             {"orphan", "source_profile gone, which is in neither"},
+             {"a", "form a loop"},
+             {"mfa", "MFA"},
+             {"odd", "credential_source"}}) {
+        SCOPED_TRACE(profile);
+        s3_options o;
+        o.profile = profile;
+        try {
+            resolve(o);
+            FAIL() << "resolved";
+        } catch (const remote_error& e) {
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+            EXPECT_NE(e.credentials().find("profile"), std::string::npos) << e.credentials();
+        }
+    }
+}
+
+TEST_F(chain_test, credential_source_environment_needs_both_keys) {
+    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIAENVBASE"});
+    write(".aws/config", "[profile ci]\nrole_arn = arn:aws:iam::1:role/ci\ncredential_source = Environment\n");
+    env_.vars["AWS_PROFILE"] = "ci";
+    env_.vars["AWS_ENDPOINT_URL_STS"] = sts.url();
+    // Full keys in the environment answer at link 2, before any profile; half of them fall
+    // through to the profile, whose role then has no source.
+    s3_options o;
+    o.profile = "ci";
+    env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENVBASE";
+    env_.vars["AWS_SECRET_ACCESS_KEY"] = "";  // link 2 needs both
+    try {
+        resolve(o);
+        FAIL() << "a role with half the environment's keys";
+    } catch (const remote_error& e) {
+        EXPECT_NE(std::string(e.what()).find("credential_source Environment"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(chain_test, aws_times_parse_with_fractions_and_offsets) {
+    using namespace std::chrono;
+    auto t = detail::parse_aws_time("2026-12-01T10:00:00Z");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(system_clock::to_time_t(*t), 1796119200);
+    auto f = detail::parse_aws_time("2026-12-01T10:00:00.250Z");
+    ASSERT_TRUE(f);
+    EXPECT_EQ(duration_cast<milliseconds>(*f - *t).count(), 250);
+    auto o = detail::parse_aws_time("2026-12-01T12:00:00+02:00");
+    ASSERT_TRUE(o);
+    EXPECT_EQ(*o, *t);
+    EXPECT_FALSE(detail::parse_aws_time("tomorrow"));
+    EXPECT_FALSE(detail::parse_aws_time("2026-12-01T10:00:00 junk"));
+}
+
 TEST_F(chain_test, no_credentials_is_an_error_listing_every_link) {
     try {
         resolve();

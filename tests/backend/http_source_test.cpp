@@ -245,6 +245,41 @@ TEST_F(fault_test, a_4xx_is_not_retried) {
     }
 }
 
+// What the staged mover does with a streamed range, on the host: bytes arrive in pieces, in
+// order, each once, also when the transfer breaks and resumes.
+struct collecting_sink : detail::byte_sink {
+    std::vector<std::uint8_t> got;
+    std::size_t pieces = 0;
+    std::size_t throw_after = SIZE_MAX;  // bytes after which consume() throws
+    void consume(const char* data, std::size_t n) override {
+        if (got.size() + n > throw_after) throw usage_error("the receiver gave up");
+        got.insert(got.end(), data, data + n);
+        ++pieces;
+    }
+};
+
+TEST_F(fault_test, streamed_ranges_resume_and_deliver_each_byte_once) {
+    for (const char* fault : {"/ok", "/drop/1", "/short/3", "/reset/3"}) {
+        SCOPED_TRACE(fault);
+        auto src = open(url(fault));
+        ASSERT_TRUE(src->traits().streams);
+        collecting_sink sink;
+        const std::size_t off = 12345, n = size_ - 2 * off;
+        src->read_stream(n, off, sink, {});
+        EXPECT_EQ(sink.got, pattern(n, off, 3));
+        EXPECT_GE(sink.pieces, 1u);
+    }
+}
+
+TEST_F(fault_test, a_failing_receiver_stops_a_streamed_range) {
+    auto src = open(url("/ok"));
+    collecting_sink sink;
+    sink.throw_after = 100000;
+    EXPECT_THROW(src->read_stream(size_, 0, sink, {}), usage_error);
+    EXPECT_LE(sink.got.size(), 100000u);
+    EXPECT_EQ(dynamic_cast<http_source&>(*src).retries(), 0u);  // its error, not the network's
+}
+
 TEST_F(fault_test, an_object_changed_mid_read_is_an_error_never_mixed_bytes) {
     auto src = open(url("/change/2"));
     std::vector<char> buf(4096);

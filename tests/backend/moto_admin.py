@@ -2,6 +2,9 @@
 """Prepares and inspects a running moto S3 server for the tests (boto3, which moto brings).
 
   moto_admin.py ENDPOINT make-key                 IAM user with an allow-all policy; prints "KEY id secret"
+  moto_admin.py ENDPOINT make-role NAME           IAM role with an allow-all policy; prints "ROLE arn"
+  moto_admin.py ENDPOINT make-reader              IAM user allowed s3:GetObject only (no listing);
+                                                  prints "KEY id secret"
   moto_admin.py ENDPOINT create-bucket BUCKET
   moto_admin.py ENDPOINT put BUCKET KEY FILE
   moto_admin.py ENDPOINT get BUCKET KEY FILE      writes the object to FILE
@@ -26,13 +29,23 @@ def client(endpoint, service="s3", key=("testing", "testing")):
 def main(argv):
     endpoint, cmd, args = argv[1], argv[2], argv[3:]
     s3 = client(endpoint)
-    if cmd == "make-key":
+    if cmd in ("make-key", "make-reader"):
         iam = client(endpoint, "iam")
-        iam.create_user(UserName="ferry")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="ferry", PolicyName="all", PolicyDocument=json.dumps(policy))
-        k = iam.create_access_key(UserName="ferry")["AccessKey"]
+        user = "ferry" if cmd == "make-key" else "reader"
+        action = "*" if cmd == "make-key" else "s3:GetObject"
+        iam.create_user(UserName=user)
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}]}
+        iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(policy))
+        k = iam.create_access_key(UserName=user)["AccessKey"]
         print("KEY", k["AccessKeyId"], k["SecretAccessKey"])
+    elif cmd == "make-role":
+        iam = client(endpoint, "iam")
+        trust = {"Version": "2012-10-17",
+                 "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
+        arn = iam.create_role(RoleName=args[0], AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_role_policy(RoleName=args[0], PolicyName="all", PolicyDocument=json.dumps(policy))
+        print("ROLE", arn)
     elif cmd == "create-bucket":
         s3.create_bucket(Bucket=args[0])
     elif cmd == "put":

@@ -1,18 +1,25 @@
-// Every API that takes a path takes a URL: ferry::file, fromfile, load, info (C++) and the
-// CLI, over http:// (nginx) and s3:// (moto), into host memory here and into GPU memory where
-// there is a GPU. The bytes and checksums must equal those of the same file read locally.
+// Every API that takes a path takes a URL: ferry::file, fromfile, load, info, checkpoints (C++)
+// and the CLI, over http:// (nginx) and s3:// (moto), into host memory here and into GPU memory
+// where there is a GPU. The bytes and checksums must equal those of the same file read locally.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/registry.hpp"
 #include "backend/remote_servers.hpp"
+#include "backend/s3/credential_provider.hpp"
+#include "ferry/checkpoint.hpp"
 #include "ferry/checksum.hpp"
 #include "ferry/doctor.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/formats.hpp"
+#include "ferry/memory.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
 #include "ferry/safetensors.hpp"
@@ -59,6 +66,8 @@ protected:
         array a = fromfile(*dir_ / "raw.bin", typed_order{dtype::float32}, -1, 0, {512, 512});
         save_npy(*dir_ / "a.npy", a);
         save_safetensors(*dir_ / "m.safetensors", {{"w", a}, {"b", fromfile(*dir_ / "raw.bin", typed_order{dtype::int16}, 100)}});
+        save_checkpoint(*dir_ / "ckpt", checkpoint_tensors(), 200000);
+        write_pattern_file(*dir_ / "big.bin", (9u << 20) + 123, 5);
         server_ = new nginx_server(dir_->path());
     }
     static void TearDownTestSuite() {
@@ -67,9 +76,28 @@ protected:
         server_ = nullptr;
         dir_ = nullptr;
     }
+    // Tensors of a few shards, some big enough that a read into GPU memory spans several
+    // staging buffers and several ranged GETs.
+    static std::vector<named_array> checkpoint_tensors() {
+        std::vector<named_array> v;
+        for (int i = 0; i < 4; ++i) {
+            array w = fromfile(*dir_ / "raw.bin", typed_order{dtype::float32}, 64 * 512, i * 1024, {64, 512});
+            v.push_back({"layer." + std::to_string(i) + ".w", w});
+            v.push_back({"layer." + std::to_string(i) + ".b", fromfile(*dir_ / "raw.bin", typed_order{dtype::int16}, 77, i * 99)});
+        }
+        return v;
+    }
     static inline temp_dir* dir_ = nullptr;
     static inline nginx_server* server_ = nullptr;
 };
+
+bool same_tensors(const checkpoint_load& a, const checkpoint_load& b) {
+    if (a.tensors.size() != b.tensors.size()) return false;
+    for (std::size_t i = 0; i < a.tensors.size(); ++i)
+        if (a.tensors[i].name != b.tensors[i].name || checksum(a.tensors[i].value) != checksum(b.tensors[i].value))
+            return false;
+    return true;
+}
 
 TEST_F(remote_file_test, the_registry_knows_the_remote_schemes) {
     auto schemes = detail::registered_schemes();
@@ -144,6 +172,99 @@ TEST_F(remote_file_test, urls_load_into_gpu_memory) {
     }
 }
 
+TEST_F(remote_file_test, checkpoints_under_an_http_prefix) {
+    checkpoint_load local = load_checkpoint(open_checkpoint(*dir_ / "ckpt"));
+    for (std::string src : {server_->url("ckpt/"), server_->url("ckpt"), server_->url("ckpt/model.safetensors.index.json"),
+                            server_->url("ckpt/?X-Amz-Signature=s3cr3t")}) {
+        SCOPED_TRACE(src);
+        checkpoint c = open_checkpoint(src);
+        EXPECT_GE(c.shards.size(), 3u);
+        for (const auto& sh : c.shards) EXPECT_EQ(sh.version.rfind("ETag ", 0), 0u) << sh.version;
+        checkpoint_load remote = load_checkpoint(c);
+        EXPECT_TRUE(same_tensors(local, remote));
+        EXPECT_EQ(remote.stats.bytes_read, local.stats.bytes_read);
+    }
+    // A tensor-parallel slice along dim 1 of a remote shard is read as a span (one request),
+    // never as 64 ranged GETs of 1 KiB.
+    checkpoint_load_options o;
+    o.select = {tensor_selection::kind::names, {"layer.1.w"}};
+    o.slices["layer.1.w"] = tensor_slice::split(1, 2, 1);
+    checkpoint_load sliced = load_checkpoint(open_checkpoint(server_->url("ckpt/")), o);
+    ASSERT_EQ(sliced.plan.tensors.size(), 1u);
+    EXPECT_EQ(sliced.plan.tensors[0].route, read_route::span) << sliced.plan.tensors[0].reason;
+    checkpoint_load sliced_local = load_checkpoint(open_checkpoint(*dir_ / "ckpt"), o);
+    EXPECT_TRUE(same_tensors(sliced, sliced_local));
+}
+
+TEST_F(remote_file_test, a_shard_replaced_after_open_is_refused) {
+    temp_dir www;
+    save_checkpoint(www.path(), checkpoint_tensors(), 200000);
+    nginx_server server(www.path());
+    checkpoint c = open_checkpoint(server.url(""));
+    // Same size, new bytes (nginx's ETag is its size and modification time).
+    std::string shard = www / std::filesystem::path(c.shards[0].path).filename().string();
+    auto bytes = read_whole(shard);
+    bytes.back() ^= 1;
+    std::filesystem::remove(shard);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    std::ofstream(shard, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    try {
+        load_checkpoint(c);
+        FAIL() << "loaded a shard that changed after its header was read";
+    } catch (const checkpoint_error& e) {
+        EXPECT_NE(std::string(e.what()).find("changed since the checkpoint was opened"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(server.url("")), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(remote_file_test, the_cli_takes_checkpoint_urls) {
+    int rc = 0;
+    std::string out = run_cli("info " + server_->url("ckpt/?token=s3cr3t") + " --json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    auto j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["format"], "checkpoint");
+    EXPECT_EQ(j["tensors"].size(), 8u);
+    EXPECT_EQ(out.find("s3cr3t"), std::string::npos) << out;
+    out = run_cli("load " + server_->url("ckpt/") + " --device host --slice layer.0.w:1:0:256 --tensor 'layer.0.*' --json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["arrays"].size(), 2u);
+    for (const auto& a : j["arrays"])
+        if (a["name"] == "layer.0.w") EXPECT_EQ(a["shape"], nlohmann::json::array({64, 256}));
+    // A single object with a slice is a checkpoint of one shard; a raw object stays a file.
+    out = run_cli("load " + server_->url("m.safetensors") + " --device host --tensor w --slice w:0:0:2 --json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    j = nlohmann::json::parse(out);
+    ASSERT_EQ(j["arrays"].size(), 1u);
+    EXPECT_EQ(j["arrays"][0]["shape"], nlohmann::json::array({2, 512}));
+    out = run_cli("info " + server_->url("raw.bin"), &rc);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out.find("checkpoint"), std::string::npos) << out;
+}
+
+TEST_F(remote_file_test, remote_checkpoints_load_into_gpu_memory) {
+    FERRY_REQUIRE_GPU();
+    checkpoint_load local = load_checkpoint(open_checkpoint(*dir_ / "ckpt"));
+    checkpoint_load_options o;
+    o.where = placement::cuda(0);
+    checkpoint_load remote = load_checkpoint(open_checkpoint(server_->url("ckpt/")), o);
+    EXPECT_TRUE(same_tensors(local, remote));
+    // A large object through the streaming staged path: more than one staging buffer per range,
+    // ranges that straddle buffers, a tail shorter than a buffer.
+    settings s = settings::global();
+    s.threads = 2;
+    s.remote_range_size = (3u << 20) + 4096;
+    s.staging_buffer_size = 320u << 10;
+    ferry::file f(server_->url("big.bin"), open_mode::read, s);
+    device_buffer dev(f.size());
+    f.read(dev.data(), f.size(), 0);
+    std::vector<std::uint8_t> back(f.size());
+    copy_memory(back.data(), dev.data(), back.size());
+    EXPECT_EQ(back, read_whole(*dir_ / "big.bin"));
+    io_stats st = f.stats();
+    EXPECT_EQ(st.reads(io_path::staged).bytes, f.size());
+}
+
 TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     moto_server server;
     temp_dir dir;
@@ -189,6 +310,80 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     EXPECT_NE(report.json.find("\"objects\": 0"), std::string::npos);
     EXPECT_EQ(report.json.find("testing:testing"), std::string::npos);
     EXPECT_NE(report.text.find("Remote s3://ckpt/model/"), std::string::npos) << report.text;
+
+    // A checkpoint saved under a prefix (multipart uploads, index last), found by its index and,
+    // without one, by listing the prefix; the CLI and the doctor take the prefix too.
+    std::vector<named_array> tensors;
+    for (int i = 0; i < 3; ++i)
+        tensors.push_back({"t" + std::to_string(i), fromfile(dir / "raw.bin", typed_order{dtype::float32}, 40000, i * 4)});
+    std::vector<std::string> written = save_checkpoint("s3://ckpt/ck/", tensors, 200000);
+    ASSERT_EQ(written.size(), 4u);
+    EXPECT_EQ(written.back(), "s3://ckpt/ck/model.safetensors.index.json");
+    checkpoint c = open_checkpoint("s3://ckpt/ck");
+    EXPECT_EQ(c.index_path, "s3://ckpt/ck/model.safetensors.index.json");
+    checkpoint_load back = load_checkpoint(c);
+    ASSERT_EQ(back.tensors.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(checksum(back.tensors[i].value), checksum(tensors[i].value));
+    for (std::size_t i = 0; i + 1 < written.size(); ++i)
+        save_safetensors("s3://ckpt/listed/" + written[i].substr(written[i].rfind('/') + 1),
+                         {{tensors[i].name, tensors[i].value}});
+    checkpoint listed = open_checkpoint("s3://ckpt/listed/");
+    EXPECT_TRUE(listed.index_path.empty());
+    EXPECT_EQ(listed.shards.size(), 3u);
+    EXPECT_TRUE(same_tensors(load_checkpoint(listed), back));
+    out = run_cli("info s3://ckpt/ck/", &rc);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("checkpoint, 3 shards, 3 tensors"), std::string::npos) << out;
+    out = run_cli("load s3://ckpt/ck --device host --tensor t1 --slice t1:0:10:20 --json", &rc);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"bytes\": 40"), std::string::npos) << out;
+    d.paths = {"s3://ckpt/ck/"};
+    report = run_doctor(d);
+    EXPECT_NE(report.text.find("model.safetensors.index.json and 3 shards"), std::string::npos) << report.text;
+    // A missing shard named by the index: the index's error, naming the tensor and the URL.
+    std::ofstream(dir / "index.json") << R"({"weight_map": {"x": "gone.safetensors"}})";
+    ASSERT_EQ(std::system((admin + "put ckpt broken/model.safetensors.index.json " + dir / "index.json").c_str()), 0);
+    try {
+        open_checkpoint("s3://ckpt/broken/");
+        FAIL() << "opened a checkpoint whose shard is missing";
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "x");
+        EXPECT_NE(std::string(e.what()).find("s3://ckpt/broken/gone.safetensors, which does not exist"), std::string::npos)
+            << e.what();
+    }
+}
+
+// An assume-role profile against moto's STS: the role's temporary credentials sign the reads,
+// and the doctor names the link (profile, role, source profile), never a key.
+TEST(remote_s3_file, an_assume_role_profile_reads_and_the_doctor_names_it) {
+    moto_server server;
+    temp_dir dir;
+    write_pattern_file(dir / "raw.bin", 100000, 4);
+    std::string admin = python() + " " + backend_test_dir() + "/moto_admin.py " + server.endpoint() + " ";
+    ASSERT_EQ(std::system((admin + "create-bucket roles").c_str()), 0);
+    ASSERT_EQ(std::system((admin + "put roles a/raw.bin " + dir / "raw.bin").c_str()), 0);
+    std::filesystem::create_directories(dir / ".aws");
+    std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = AKIABASEKEY\naws_secret_access_key = base-secret\n";
+    std::ofstream(dir / ".aws/config") << "[profile dev]\nrole_arn = arn:aws:iam::123456789012:role/reader\n"
+                                         "source_profile = base\nduration_seconds = 900\n";
+    detail::forget_shared_aws_signers();
+    scoped_env env({{"HOME", dir.path()}, {"AWS_PROFILE", "dev"}, {"AWS_ENDPOINT_URL", server.endpoint()},
+                    {"AWS_EC2_METADATA_DISABLED", "true"}});
+    ferry::file f("s3://roles/a/raw.bin");
+    std::vector<std::uint8_t> got(100000);
+    f.read(got.data(), got.size(), 0);
+    EXPECT_EQ(got, pattern(100000, 0, 4));
+    doctor_options d;
+    d.paths = {"s3://roles/a/raw.bin"};
+    doctor_report report = run_doctor(d);
+    EXPECT_NE(report.text.find("profile dev: role arn:aws:iam::123456789012:role/reader assumed with profile base"),
+              std::string::npos)
+        << report.text;
+    EXPECT_NE(report.json.find("credentials_expire"), std::string::npos) << report.json;
+    EXPECT_NE(report.text.find("renewed from the same link"), std::string::npos) << report.text;
+    EXPECT_EQ(report.json.find("base-secret"), std::string::npos);
+    EXPECT_EQ(report.json.find("AKIABASEKEY"), std::string::npos);
+    detail::forget_shared_aws_signers();
 }
 
 TEST_F(remote_file_test, the_doctor_probes_a_url) {

@@ -6,11 +6,15 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "backend/remote_servers.hpp"
+#include "backend/s3/credential_provider.hpp"
+#include "backend/s3/s3_bucket.hpp"
 #include "backend/s3/s3_object_writer.hpp"
 #include "backend/s3/s3_source.hpp"
+#include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::test {
@@ -27,6 +31,26 @@ std::string run(const std::string& cmd) {
     while (!out.empty() && out.back() == '\n') out.pop_back();
     return out;
 }
+
+/// Sets process environment variables for one scope (open_checkpoint reads the process's).
+class process_env {
+public:
+    explicit process_env(std::map<std::string, std::string> vars) {
+        for (auto& [k, v] : vars) {
+            const char* old = std::getenv(k.c_str());
+            saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+            ::setenv(k.c_str(), v.c_str(), 1);
+        }
+    }
+    ~process_env() {
+        for (auto& [k, v] : saved_)
+            if (v) ::setenv(k.c_str(), v->c_str(), 1);
+            else ::unsetenv(k.c_str());
+    }
+
+private:
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
 
 class moto_test : public ::testing::Test {
 protected:
@@ -218,8 +242,25 @@ TEST(moto_auth, sigv4_signatures_verify) {
     std::string key_line = admin("make-key");
     ASSERT_EQ(key_line.rfind("KEY ", 0), 0u) << key_line;
     std::string id = key_line.substr(4, key_line.find(' ', 4) - 4), secret = key_line.substr(key_line.rfind(' ') + 1);
+    std::string reader_line = admin("make-reader");
+    ASSERT_EQ(reader_line.rfind("KEY ", 0), 0u) << reader_line;
+    std::string reader_id = reader_line.substr(4, reader_line.find(' ', 4) - 4),
+                reader_secret = reader_line.substr(reader_line.rfind(' ') + 1);
+    std::string role_line = admin("make-role reader");
+    ASSERT_EQ(role_line.rfind("ROLE ", 0), 0u) << role_line;
+    std::string role_arn = role_line.substr(5);
     admin("create-bucket signed");
     admin("put signed a/o.bin " + dir / "o.bin");
+    {
+        std::vector<named_array> t;
+        for (int i = 0; i < 3; ++i) {
+            array a(dtype::int32, {5000});
+            std::memcpy(a.data(), pattern(a.nbytes(), static_cast<std::uint64_t>(i), 6).data(), a.nbytes());
+            t.push_back({"t" + std::to_string(i), a});
+        }
+        for (const auto& f : save_checkpoint(dir / "ck", t, 30000))
+            admin("put signed ck/" + std::filesystem::path(f).filename().string() + " " + f);
+    }
     admin("enable-auth");
 
     auto open_with = [&](const std::string& url, const std::string& sec, open_mode mode = open_mode::read) {
@@ -258,6 +299,77 @@ TEST(moto_auth, sigv4_signatures_verify) {
         EXPECT_EQ(e.status(), 403);
         EXPECT_EQ(std::string(e.what()).find("wrong-secret"), std::string::npos) << e.what();
     }
+
+    // Assume-role: STS AssumeRole signed with the user's key (moto checks that signature too),
+    // then the role's temporary key and session token sign the reads.
+    std::filesystem::create_directories(dir / ".aws");
+    std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = " << id << "\naws_secret_access_key = " << secret << "\n";
+    std::ofstream(dir / ".aws/config") << "[profile dev]\nrole_arn = " << role_arn << "\nsource_profile = base\n";
+    detail::forget_shared_aws_signers();
+    std::map<std::string, std::string> role_vars = {{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"},
+                                                    {"AWS_PROFILE", "dev"}, {"AWS_ENDPOINT_URL", server.endpoint()}};
+    auto role_env = [role_vars](const std::string& n) -> std::optional<std::string> {
+        auto it = role_vars.find(n);
+        if (it == role_vars.end()) return std::nullopt;
+        return it->second;
+    };
+    settings s;
+    s.remote_retries = 1;
+    auto assumed = detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+    auto& as_s3 = dynamic_cast<detail::s3_source&>(*assumed);
+    EXPECT_EQ(as_s3.where().credentials.access_key.rfind("ASIA", 0), 0u);
+    EXPECT_FALSE(as_s3.where().credentials.session_token.empty());
+    EXPECT_NE(as_s3.where().credentials.source.find("role " + role_arn + " assumed with profile base"), std::string::npos)
+        << as_s3.where().credentials.source;
+    assumed->read(got.data(), got.size(), 500, {});
+    EXPECT_EQ(0, std::memcmp(got.data(), pattern(1000, 500, 9).data(), got.size()));
+    // The base key with a wrong secret: STS refuses the AssumeRole signature, naming the link.
+    std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = " << id << "\naws_secret_access_key = nope\n";
+    try {
+        detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+        FAIL() << "AssumeRole with a wrong signature was accepted";
+    } catch (const remote_error& e) {
+        EXPECT_EQ(e.status(), 403) << e.what();
+        EXPECT_NE(std::string(e.what()).find("AssumeRole failed"), std::string::npos) << e.what();
+        EXPECT_NE(e.credentials().find("profile dev: role"), std::string::npos) << e.credentials();
+    }
+    detail::forget_shared_aws_signers();
+
+    // A checkpoint read with a key that may get objects but not list the bucket: the listing's
+    // 403 sends open_checkpoint to the prefix's index, which names the shards. With a wrong
+    // secret the index is refused: a RemoteError naming its URL and the status.
+    checkpoint local = open_checkpoint(dir / "ck");
+    {
+        process_env env({{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}, {"AWS_ACCESS_KEY_ID", reader_id},
+                         {"AWS_SECRET_ACCESS_KEY", reader_secret}, {"AWS_ENDPOINT_URL", server.endpoint()}});
+        try {
+            detail::list_s3_prefix("s3://signed/ck/", settings{});
+            FAIL() << "the reader may list the bucket: the fallback below is not tested";
+        } catch (const remote_error& e) {
+            EXPECT_EQ(e.status(), 403) << e.what();
+        }
+        checkpoint c = open_checkpoint("s3://signed/ck/");
+        EXPECT_EQ(c.index_path, "s3://signed/ck/model.safetensors.index.json");
+        EXPECT_EQ(c.shards.size(), local.shards.size());
+        checkpoint_load remote = load_checkpoint(c), near = load_checkpoint(local);
+        ASSERT_EQ(remote.tensors.size(), 3u);
+        for (std::size_t i = 0; i < 3; ++i)
+            EXPECT_EQ(0, std::memcmp(remote.tensors[i].value.data(), near.tensors[i].value.data(), near.tensors[i].value.nbytes()));
+    }
+    {
+        process_env env({{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}, {"AWS_ACCESS_KEY_ID", reader_id},
+                         {"AWS_SECRET_ACCESS_KEY", "wrong"}, {"AWS_ENDPOINT_URL", server.endpoint()}});
+        try {
+            open_checkpoint("s3://signed/ck/");
+            FAIL() << "a wrong secret opened the checkpoint";
+        } catch (const remote_error& e) {
+            EXPECT_EQ(e.status(), 403);
+            EXPECT_EQ(e.url(), "s3://signed/ck/model.safetensors.index.json");
+            EXPECT_EQ(e.credentials(), "environment");
+            EXPECT_EQ(std::string(e.what()).find("wrong"), std::string::npos) << e.what();
+        }
+    }
+    detail::forget_shared_aws_signers();
 }
 
 }  // namespace

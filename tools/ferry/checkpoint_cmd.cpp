@@ -12,12 +12,23 @@
 #include "commands.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
+#include "ferry/file.hpp"
 #include "ferry/memory.hpp"
 
 namespace ferry::cli {
 namespace {
 
 bool has_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// The last part of a shard's path or URL, for tables (a URL's query never shows).
+std::string leaf(const std::string& path) {
+    std::string shown = redact_location(path);
+    if (shown.find("://") != std::string::npos) {
+        shown = shown.substr(0, shown.find('?'));
+        return shown.substr(shown.rfind('/') + 1);
+    }
+    return std::filesystem::path(shown).filename().string();
+}
 
 std::int64_t parse_int(const std::string& s, const std::string& spec) {
     try {
@@ -61,9 +72,16 @@ std::pair<std::string, tensor_slice> parse_slice(const std::string& spec) {
 }  // namespace
 
 bool is_checkpoint_source(const std::string& path) {
-    // A URL names one object: its query string ('?') is no glob, and checkpoints are read from
-    // local folders, index files and globs.
-    if (path.find("://") != std::string::npos) return false;
+    // A URL's query string ('?') is no glob: globs are local. A URL is a checkpoint when it
+    // names a prefix ('/' at the end, a host or bucket alone, or a last segment without a dot)
+    // or an index; any other URL is one object (open_checkpoint's rules).
+    if (auto sep = path.find("://"); sep != std::string::npos) {
+        std::string base = path.starts_with("s3://") ? path : path.substr(0, path.find('?'));
+        auto slash = base.find('/', sep + 3);
+        if (slash == std::string::npos || base.back() == '/') return true;
+        if (base.ends_with(".index.json")) return true;
+        return base.substr(base.rfind('/') + 1).find('.') == std::string::npos;
+    }
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) return true;
     if (path.ends_with(".index.json")) return true;
@@ -80,9 +98,9 @@ int run_checkpoint_info(const std::string& source, bool json) {
     }
     if (json) {
         nlohmann::json j;
-        j["source"] = source;
+        j["source"] = redact_location(source);
         j["format"] = "checkpoint";
-        j["index"] = c.index_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.index_path);
+        j["index"] = c.index_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(redact_location(c.index_path));
         j["bytes"] = c.total_bytes();
         j["metadata"] = c.metadata;
         nlohmann::json shards = nlohmann::json::array();
@@ -91,7 +109,7 @@ int run_checkpoint_info(const std::string& source, bool json) {
             std::size_t n = 0;
             for (const auto& t : c.tensors)
                 if (t.shard == s) b += t.bytes, ++n;
-            shards.push_back({{"path", c.shards[s].path}, {"size", c.shards[s].file_size}, {"tensors", n}, {"bytes", b}});
+            shards.push_back({{"path", redact_location(c.shards[s].path)}, {"size", c.shards[s].file_size}, {"tensors", n}, {"bytes", b}});
         }
         j["shards"] = shards;
         nlohmann::json dtypes = nlohmann::json::object();
@@ -100,17 +118,17 @@ int run_checkpoint_info(const std::string& source, bool json) {
         nlohmann::json tensors = nlohmann::json::array();
         for (const auto& t : c.tensors)
             tensors.push_back({{"name", t.name}, {"dtype", std::string(to_string(t.type))}, {"shape", t.shape},
-                               {"shard", std::filesystem::path(c.shards[t.shard].path).filename().string()},
+                               {"shard", leaf(c.shards[t.shard].path)},
                                {"offset", t.offset}, {"bytes", t.bytes}});
         j["tensors"] = tensors;
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }
-    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s\n", source.c_str(), c.shards.size(),
+    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s\n", redact_location(source).c_str(), c.shards.size(),
                 c.shards.size() == 1 ? "" : "s", c.tensors.size(), human_bytes(c.total_bytes()).c_str());
-    if (!c.index_path.empty()) std::printf("  index: %s\n", c.index_path.c_str());
+    if (!c.index_path.empty()) std::printf("  index: %s\n", redact_location(c.index_path).c_str());
     for (const auto& s : c.shards)
-        std::printf("  shard %-40s %zu tensors  %s\n", std::filesystem::path(s.path).filename().c_str(),
+        std::printf("  shard %-40s %zu tensors  %s\n", leaf(s.path).c_str(),
                     s.header.tensors.size(), human_bytes(s.file_size).c_str());
     for (const auto& [k, v] : by_dtype)
         std::printf("  dtype %-10s %zu tensors  %s\n", k.c_str(), v.first, human_bytes(v.second).c_str());
@@ -150,7 +168,7 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
     if (a.json) {
         nlohmann::json j;
         j["format"] = "checkpoint";
-        j["source"] = a.source;
+        j["source"] = redact_location(a.source);
         j["device"] = to_string(o.where);
         j["shards"] = c.shards.size();
         j["bytes"] = st.bytes_out;
@@ -170,7 +188,7 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
         return exit_ok;
     }
     std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s read (%s out) into %s in %.3f s: %.2f GB/s\n",
-                a.source.c_str(), c.shards.size(), c.shards.size() == 1 ? "" : "s", st.tensors,
+                redact_location(a.source).c_str(), c.shards.size(), c.shards.size() == 1 ? "" : "s", st.tensors,
                 human_bytes(st.bytes_read).c_str(), human_bytes(st.bytes_out).c_str(), to_string(o.where).c_str(),
                 st.seconds, gbps(st.bytes_read, st.seconds));
     std::printf("  %zu reads, first read after %.1f ms, temporaries %s\n", st.requests, st.first_read_seconds * 1e3,

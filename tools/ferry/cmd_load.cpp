@@ -33,7 +33,9 @@ struct load_args {
 };
 
 int run_load(const load_args& a) {
-    if (is_checkpoint_source(a.path))
+    // Slices and routes are the checkpoint loader's: a single safetensors file (or object) with
+    // them is a checkpoint of one shard.
+    if (is_checkpoint_source(a.path) || !a.slices.empty() || !a.route.empty())
         return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json});
     any_load_options o;
     o.load.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())

@@ -3,6 +3,7 @@
 #include "backend/http/http_client.hpp"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -13,6 +14,8 @@
 #include <strings.h>
 #include <random>
 #include <thread>
+
+#include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -51,12 +54,75 @@ share_state& shared() {
     return *s;
 }
 
+// Idle easy handles by host. Bounded per host: beyond that many idle handles (each holds a
+// connection and a 512 KiB receive buffer), a returned handle is closed.
+constexpr std::size_t max_idle_per_host = 64;
+
+struct handle_pool {
+    pid_t owner = ::getpid();
+    std::map<std::string, std::vector<CURL*>> idle;
+};
+fork_safe_mutex pool_mutex;  // never left taken in a forked child
+handle_pool& pool() {
+    static auto* p = new handle_pool;  // never destroyed: handles may be returned during exit
+    return *p;
+}
+
+// "scheme://host:port" of a URL (userinfo dropped), the key of the pool.
+std::string authority_of(const std::string& url) {
+    auto sep = url.find("://");
+    if (sep == std::string::npos) return url;
+    auto end = url.find_first_of("/?#", sep + 3);
+    std::string a = url.substr(0, end);
+    auto at = a.rfind('@');
+    if (at != std::string::npos && at > sep) a = a.substr(0, sep + 3) + a.substr(at + 1);
+    return a;
+}
+
+CURL* acquire(const std::string& key) {
+    {
+        std::lock_guard lock(pool_mutex);
+        handle_pool& p = pool();
+        if (p.owner != ::getpid()) {
+            // A forked child: the handles' sockets are its parent's too. Forget them (a cleanup
+            // would shut down the parent's TLS sessions) and start over.
+            p.idle.clear();
+            p.owner = ::getpid();
+        }
+        auto it = p.idle.find(key);
+        if (it != p.idle.end() && !it->second.empty()) {
+            CURL* h = it->second.back();
+            it->second.pop_back();
+            return h;
+        }
+    }
+    return curl_easy_init();
+}
+
+void release(const std::string& key, CURL* h) noexcept {
+    {
+        std::lock_guard lock(pool_mutex);
+        handle_pool& p = pool();
+        if (p.owner == ::getpid()) {
+            std::vector<CURL*>& v = p.idle[key];
+            if (v.size() < max_idle_per_host) {
+                v.push_back(h);
+                return;
+            }
+        } else {
+            return;  // taken in the parent: never touch it here
+        }
+    }
+    curl_easy_cleanup(h);
+}
+
 struct exchange {
     const http_request* request;
     http_response* response;
     CURL* handle;
     bool headers_checked = false;
     bool to_sink = false;
+    bool to_consumer = false;
 };
 
 std::string trim(std::string s) {
@@ -98,7 +164,24 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
             r.refused = x->request->accept(r.status, r.headers);
             if (!r.refused.empty()) return 0;  // abort before a byte lands
         }
-        x->to_sink = ok && x->request->sink != nullptr;
+        x->to_consumer = ok && static_cast<bool>(x->request->consume);
+        x->to_sink = ok && !x->to_consumer && x->request->sink != nullptr;
+    }
+    if (x->to_consumer) {
+        if (n > x->request->sink_capacity - r.received) {
+            r.refused = "the server sent more bytes than the range holds";
+            return 0;
+        }
+        // No exception may cross curl's C frames: keep it, stop the transfer, rethrow later.
+        try {
+            x->request->consume(data, n);
+        } catch (...) {
+            r.consumer_error = std::current_exception();
+            r.refused = "the receiver of the bytes failed";
+            return 0;
+        }
+        r.received += n;
+        return n;
     }
     if (x->to_sink) {
         if (n > x->request->sink_capacity - r.received) {
@@ -144,32 +227,26 @@ std::string http_response::header(const std::string& lower_name) const {
     return it == headers.end() ? std::string() : it->second;
 }
 
+std::string http_response::error_code() const {
+    auto a = body.find("<Code>");
+    if (a == std::string::npos) return {};
+    a += 6;
+    auto b = body.find("</Code>", a);
+    return b == std::string::npos ? std::string() : body.substr(a, b - a);
+}
+
+bool http_response::credentials_expired() const {
+    if (status != 400 && status != 403) return false;
+    std::string c = error_code();
+    return c == "ExpiredToken" || c == "ExpiredTokenException" || c == "TokenRefreshRequired";
+}
+
 http_client::http_client(const settings& s) : settings_(s.resolved()) { shared(); }
-
-http_client::~http_client() {
-    for (CURL* h : idle_) curl_easy_cleanup(h);
-}
-
-CURL* http_client::acquire() {
-    {
-        std::lock_guard lock(mutex_);
-        if (!idle_.empty()) {
-            CURL* h = idle_.back();
-            idle_.pop_back();
-            return h;
-        }
-    }
-    return curl_easy_init();
-}
-
-void http_client::release(CURL* handle) noexcept {
-    std::lock_guard lock(mutex_);
-    idle_.push_back(handle);
-}
 
 http_response http_client::perform(const http_request& request, const http_auth& auth) {
     http_response response;
-    CURL* h = acquire();
+    const std::string key = authority_of(request.url);
+    CURL* h = acquire(key);
     if (!h) {
         response.curl_code = CURLE_FAILED_INIT;
         response.curl_error = "curl_easy_init failed";
@@ -183,8 +260,9 @@ http_response http_client::perform(const http_request& request, const http_auth&
     for (const std::string& line : request.headers) headers = curl_slist_append(headers, line.c_str());
     if (!auth.session_token.empty())
         headers = curl_slist_append(headers, ("x-amz-security-token: " + auth.session_token).c_str());
-    if (!auth.sigv4.empty()) {
-        // S3 wants the payload hash in a header; curl signs with it when it is present.
+    if (!auth.sigv4.empty() && auth.sigv4.ends_with(":s3")) {
+        // S3 wants the payload hash in a header; curl signs with it when it is present. Other
+        // services (STS) take no UNSIGNED-PAYLOAD: curl then hashes the body itself.
         headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     }
     // A body is bytes: without this curl would call it a form, which some servers then parse.
@@ -254,7 +332,7 @@ http_response http_client::perform(const http_request& request, const http_auth&
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     curl_slist_free_all(headers);
-    release(h);
+    release(key, h);
     return response;
 }
 

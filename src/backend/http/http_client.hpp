@@ -1,9 +1,12 @@
 // One HTTP exchange over libcurl, and the connections kept between exchanges.
 //
-// An http_client owns a pool of curl easy handles: a worker takes one for a request and gives it
-// back, so each handle keeps its connection alive (HTTP/1.1 keep-alive) for the next request of
-// any worker. All clients share one process-wide curl share object for the DNS cache and TLS
-// session IDs, so a new connection to the same host skips the lookup and the full handshake.
+// Curl easy handles live in one process-wide pool, kept per host (scheme://host:port): a worker
+// takes one for a request and gives it back, so each handle keeps its connection alive (HTTP/1.1
+// keep-alive) for the next request to that host from any worker of any file. A checkpoint opens
+// each shard twice (headers, then the load) and many shards sit on one host: per-file pools paid
+// a new TCP (and TLS) handshake for every open. All handles share one curl share object for the
+// DNS cache and TLS session IDs, so a new connection skips the lookup and the full handshake. A
+// forked child never reuses its parent's connections (their sockets are shared with it).
 //
 // perform() makes exactly one attempt and reports what happened; retrying, resuming and
 // checking an object's identity belong to the sources (http_source), which know what a
@@ -14,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -34,6 +38,17 @@ struct http_auth {
     std::string label;          ///< which credentials these are, for messages ("environment")
 };
 
+/// Signing material that may change while an object is read: temporary credentials renewed
+/// before they expire. Thread safe.
+class http_signer {
+public:
+    virtual ~http_signer() = default;
+    /// The credentials to sign the next request with (renewed first when they are due).
+    virtual http_auth current() = 0;
+    /// The server refused `used` as expired: renew now. True when newer credentials are in place.
+    virtual bool renew(const http_auth& used) = 0;
+};
+
 struct http_request {
     std::string method = "GET";  ///< GET, HEAD, PUT, POST, DELETE
     std::string url;
@@ -41,9 +56,11 @@ struct http_request {
     std::string range;                 ///< CURLOPT_RANGE "first-last", or ""
     const char* body = nullptr;        ///< request body (PUT/POST), sent as is and hashed by SigV4
     std::size_t body_size = 0;
-    /// Where a successful (2xx) response body goes: straight into [sink, sink + sink_capacity).
-    /// Null: into http_response::body. More bytes than the capacity abort the transfer.
+    /// Where a successful (2xx) response body goes: straight into [sink, sink + sink_capacity),
+    /// or, when `consume` is set, handed to it piece by piece (at most sink_capacity bytes in
+    /// all). Neither: into http_response::body. More bytes than the capacity abort the transfer.
     char* sink = nullptr;
+    std::function<void(const char*, std::size_t)> consume;
     std::size_t sink_capacity = 0;
     /// Called once the headers of a 2xx response are in, before any body byte is stored; a
     /// non-empty return aborts the transfer and becomes http_response::refused.
@@ -57,8 +74,9 @@ struct http_response {
     std::string curl_error;  ///< curl's description of a failed exchange
     std::map<std::string, std::string> headers;  ///< names in lower case
     std::string body;        ///< the body when no sink took it (error bodies always land here)
-    std::size_t received = 0;  ///< body bytes stored in the sink
+    std::size_t received = 0;  ///< body bytes stored in the sink (or consumed)
     std::string refused;       ///< why accept() refused the response
+    std::exception_ptr consumer_error;  ///< what `consume` threw (the transfer stopped there)
     double seconds = 0;        ///< time the exchange took
 
     /// The exchange failed below HTTP in a way a retry can fix: connection refused or reset,
@@ -68,24 +86,23 @@ struct http_response {
     bool status_retryable() const noexcept;
     /// The header's value, or "".
     std::string header(const std::string& lower_name) const;
+    /// The S3-style error code of an XML error body ("NoSuchKey", "ExpiredToken"), or "".
+    std::string error_code() const;
+    /// The error says the credentials expired (ExpiredToken and its kin).
+    bool credentials_expired() const;
 };
 
+/// Requests with one set of timeouts (the settings'), over the process-wide handle pool.
 class http_client {
 public:
     explicit http_client(const settings& s);
-    ~http_client();
     http_client(const http_client&) = delete;
     http_client& operator=(const http_client&) = delete;
 
     http_response perform(const http_request& request, const http_auth& auth);
 
 private:
-    CURL* acquire();
-    void release(CURL* handle) noexcept;
-
     settings settings_;
-    std::mutex mutex_;
-    std::vector<CURL*> idle_;
 };
 
 /// Sleeps the backoff before retry number `attempt` (0-based): full jitter over

@@ -73,7 +73,7 @@ http_source::http_source(http_target target, const settings& s)
                 (identity_.etag.empty() ? "(none)" : identity_.etag) + ", " +
                 std::to_string(settings_.remote_concurrency) + " ranged GETs of " +
                 std::to_string(settings_.remote_range_size) + " bytes in flight" +
-                (target_.auth.label.empty() ? "" : ", credentials: " + target_.auth.label));
+                (auth().label.empty() ? "" : ", credentials: " + auth().label));
 }
 
 source_traits http_source::traits() const noexcept {
@@ -81,6 +81,7 @@ source_traits http_source::traits() const noexcept {
     t.remote = true;
     t.request_size = settings_.remote_range_size;
     t.concurrency = settings_.remote_concurrency;
+    t.streams = true;
     return t;
 }
 
@@ -91,8 +92,10 @@ void http_source::fail(const http_response& r, const std::string& what, const io
     io_context w = where;
     if (w.path.empty()) w.path = target_.location;
     throw remote_error(r.status, target_.location, what + (detail.empty() ? "" : " (" + detail + ")"),
-                       target_.auth.label, std::move(w));
+                       auth().label, std::move(w));
 }
+
+http_auth http_source::auth() const { return target_.signer ? target_.signer->current() : target_.auth; }
 
 remote_identity http_source::probe() {
     io_context where{target_.location, 0, 0};
@@ -109,7 +112,9 @@ remote_identity http_source::probe() {
                 rq.sink = &probe_byte;  // the one byte is read and dropped
                 rq.sink_capacity = 1;
             }
-            http_response r = client_.perform(rq, target_.auth);
+            const http_auth signing = auth();
+            http_response r = client_.perform(rq, signing);
+            if (r.credentials_expired() && target_.signer && tries == 0 && target_.signer->renew(signing)) continue;
             if ((r.transport_retryable() || r.status_retryable()) && tries < settings_.remote_retries) {
                 retries_->fetch_add(1);
                 backoff_sleep(tries, settings_.remote_retry_delay_ms);
@@ -151,7 +156,26 @@ remote_identity http_source::probe() {
     return id;
 }
 
-void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where_in) {
+void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) {
+    ranged(n, offset, where, [dst](http_request& rq, std::size_t done) { rq.sink = dst + done; });
+}
+
+void http_source::read_stream(std::size_t n, std::uint64_t offset, byte_sink& sink, const io_context& where) {
+    // A resumed request starts at the first byte the sink has not been given, so the sink sees
+    // each byte once, in order.
+    ranged(n, offset, where, [&sink](http_request& rq, std::size_t) {
+        rq.consume = [&sink](const char* data, std::size_t len) { sink.consume(data, len); };
+    });
+}
+
+std::string http_source::version() const {
+    if (!identity_.etag.empty()) return "ETag " + identity_.etag;
+    if (!identity_.last_modified.empty()) return "Last-Modified " + identity_.last_modified;
+    return {};
+}
+
+void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& where_in,
+                         const std::function<void(http_request&, std::size_t)>& aim) {
     // Messages name the redacted location, whatever the caller calls it (a presigned URL's
     // signature must not reach an error).
     io_context where = where_in;
@@ -161,6 +185,7 @@ void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_
 
     std::size_t done = 0;
     std::size_t tries = 0;
+    bool renewed = false;  // credentials renewed once for this range after an "expired" answer
     while (done < n) {
         std::uint64_t first = offset + done, last = offset + n - 1;
         http_request rq;
@@ -170,8 +195,8 @@ void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_
         if (!identity_.etag.empty() && !weak(identity_.etag)) rq.headers.push_back("If-Match: " + identity_.etag);
         else if (!identity_.last_modified.empty())
             rq.headers.push_back("If-Unmodified-Since: " + identity_.last_modified);
-        rq.sink = dst + done;
         rq.sink_capacity = n - done;
+        aim(rq, done);
         bool whole = first == 0 && last + 1 == identity_.size;
         rq.accept = [&](int status, const std::map<std::string, std::string>& h) -> std::string {
             auto get = [&](const char* name) {
@@ -198,7 +223,9 @@ void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_
             if (status == 200 && whole) return {};
             return "the server ignores Range requests (HTTP " + std::to_string(status) + ")";
         };
-        http_response r = client_.perform(rq, target_.auth);
+        const http_auth signing = auth();
+        http_response r = client_.perform(rq, signing);
+        if (r.consumer_error) std::rethrow_exception(r.consumer_error);
         done += r.received;
         bool progressed = r.received > 0;
         if (r.curl_code == 0 && r.refused.empty() && r.status >= 200 && r.status < 300) {
@@ -211,9 +238,18 @@ void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_
             io_context w{where.path, first, last + 1 - first};
             throw remote_error(412, target_.location,
                                "the object changed since it was opened (If-Match " + identity_.etag + " failed)",
-                               target_.auth.label, w);
+                               signing.label, w);
         } else if (r.status == 416) {
             throw end_of_file_error(io_context{where.path, first, last + 1 - first}, identity_.size);
+        } else if (r.credentials_expired() && target_.signer && !renewed) {
+            // Temporary credentials the server holds expired (a clock ahead of ours, or a
+            // renewal that came too late): renew them and ask again, once per range.
+            renewed = true;
+            if (target_.signer->renew(signing)) {
+                retries_->fetch_add(1);
+                continue;
+            }
+            fail(r, "ranged GET failed", io_context{where.path, first, last + 1 - first});
         } else if (!(r.transport_retryable() || r.status_retryable())) {
             fail(r, "ranged GET failed", io_context{where.path, first, last + 1 - first});
         }

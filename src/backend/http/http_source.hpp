@@ -8,14 +8,20 @@
 // mix of old and new bytes.
 //
 // A read of [offset, offset + n) is one ranged GET whose body curl hands straight to the
-// caller's buffer. A 429, a 5xx, a timeout or a reset connection is retried with exponential
+// caller's buffer (read) or, piece by piece as it arrives, to a byte_sink (read_stream: the
+// staged mover passes each filled pinned buffer on to the GPU while the rest of the range is
+// still on the wire). A 429, a 5xx, a timeout or a reset connection is retried with exponential
 // backoff and full jitter, and a broken transfer resumes at the first byte it did not get.
+// Signed requests take their credentials from the target's signer at each attempt, so that
+// temporary credentials renewed during a long read are used from then on; an answer that says
+// the credentials expired renews them and retries.
 //
 // Thread safety: read() may be called from many threads at once (each takes a pooled curl
 // handle with its own kept-alive connection).
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,7 +43,8 @@ struct remote_identity {
 struct http_target {
     std::string url;       ///< what curl requests (may hold a presigned query)
     std::string location;  ///< redacted form for messages ("s3://bucket/key" for S3)
-    http_auth auth;
+    http_auth auth;        ///< used when there is no signer
+    std::shared_ptr<http_signer> signer;
     bool follow_redirects = true;
     std::string kind = "http";
 };
@@ -53,6 +60,8 @@ public:
     source_traits traits() const noexcept override;
     std::uint64_t size() override { return identity_.size; }
     void read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) override;
+    void read_stream(std::size_t n, std::uint64_t offset, byte_sink& sink, const io_context& where) override;
+    std::string version() const override;
 
     const remote_identity& identity() const noexcept { return identity_; }
     /// Retries made so far (all reads), for stats and tests.
@@ -64,9 +73,14 @@ protected:
     const settings& config() const noexcept { return settings_; }
     /// The typed error for a failed response.
     [[noreturn]] void fail(const http_response& r, const std::string& what, const io_context& where) const;
+    /// The credentials for the next request (the signer's, else the target's).
+    http_auth auth() const;
 
 private:
     remote_identity probe();
+    /// One ranged read with retries; `aim` points a request's body at the bytes still due.
+    void ranged(std::size_t n, std::uint64_t offset, const io_context& where,
+                const std::function<void(http_request&, std::size_t done)>& aim);
 
     http_target target_;
     settings settings_;

@@ -65,13 +65,10 @@ s3_location resolve_s3_location(const std::string& location, const s3_options& o
     }
     l.object_url = l.bucket_url + encoded_key;
 
-    l.credentials = resolve_aws_credentials(o, env, l.location, &l.chain);
-    l.auth.label = l.credentials.source;
-    if (!l.credentials.anonymous()) {
-        l.auth.sigv4 = "aws:amz:" + l.region + ":s3";
-        l.auth.user_password = l.credentials.access_key + ":" + l.credentials.secret_key;
-        l.auth.session_token = l.credentials.session_token;
-    }
+    l.signer = shared_aws_signer(o, env, l.location, s);
+    l.credentials = l.signer->credentials();
+    l.chain = l.signer->chain();
+    l.auth = l.signer->current();
     return l;
 }
 

@@ -3,11 +3,13 @@
 // virtual host), the object URL, and SigV4 signing by libcurl with credentials from the chain.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/http/http_client.hpp"
 #include "backend/s3/credential_chain.hpp"
+#include "backend/s3/credential_provider.hpp"
 #include "ferry/settings.hpp"
 
 namespace ferry::detail {
@@ -22,9 +24,10 @@ struct s3_location {
     std::string object_url;  ///< the key's URL, encoded as SigV4 wants it
     std::string bucket_url;  ///< the bucket's URL (with a trailing '/')
     std::string location;    ///< "s3://bucket/key"
-    http_auth auth;          ///< SigV4 (or nothing, for unsigned requests)
-    aws_credentials credentials;
+    http_auth auth;          ///< SigV4 (or nothing, for unsigned requests), as first resolved
+    aws_credentials credentials;     ///< as first resolved (the signer has the current ones)
     std::vector<std::string> chain;  ///< what each link of the credential chain said
+    std::shared_ptr<aws_signer> signer;  ///< signs every request, renewing temporary credentials
 };
 
 /// Splits "s3://bucket/key"; throws usage_error naming the location when it is not one.

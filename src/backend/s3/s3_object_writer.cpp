@@ -44,6 +44,8 @@ s3_object_writer::s3_object_writer(s3_location where, const settings& s)
 
 s3_object_writer::~s3_object_writer() { abort(); }
 
+http_auth s3_object_writer::auth() const { return where_.signer ? where_.signer->current() : where_.auth; }
+
 source_traits s3_object_writer::traits() const noexcept {
     source_traits t;
     t.writable = true;
@@ -65,11 +67,12 @@ void s3_object_writer::read(char*, std::size_t, std::uint64_t, const io_context&
 void s3_object_writer::fail(const http_response& r, const std::string& what) {
     std::string detail = describe_response(r);
     throw remote_error(r.status, where_.location, what + (detail.empty() ? "" : " (" + detail + ")"),
-                       where_.auth.label);
+                       auth().label);
 }
 
 http_response s3_object_writer::request(const std::string& method, const std::string& url, const char* body,
                                         std::size_t n, const std::string& what) {
+    bool renewed = false;
     for (std::size_t tries = 0;; ++tries) {
         http_request rq;
         rq.method = method;
@@ -77,7 +80,13 @@ http_response s3_object_writer::request(const std::string& method, const std::st
         rq.body = body;
         rq.body_size = n;
         rq.follow_redirects = false;
-        http_response r = client_.perform(rq, where_.auth);
+        const http_auth signing = auth();
+        http_response r = client_.perform(rq, signing);
+        // A long upload may outlive temporary credentials the server already counts as expired.
+        if (r.credentials_expired() && where_.signer && !renewed) {
+            renewed = true;
+            if (where_.signer->renew(signing)) continue;
+        }
         // CompleteMultipartUpload may answer 200 with an <Error> body.
         bool error_body = r.status == 200 && r.body.find("<Error>") != std::string::npos;
         if (r.curl_code == 0 && r.status >= 200 && r.status < 300 && !error_body) return r;
@@ -203,7 +212,7 @@ void s3_object_writer::abort() noexcept {
         rq.method = "DELETE";
         rq.url = where_.object_url + "?uploadId=" + uri_encode(upload_id_, false);
         rq.follow_redirects = false;
-        client_.perform(rq, where_.auth);
+        client_.perform(rq, auth());
     } catch (...) {
     }
 }

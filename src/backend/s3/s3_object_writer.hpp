@@ -49,6 +49,7 @@ private:
         std::unique_ptr<char[]> data;
         std::size_t filled = 0;
     };
+    http_auth auth() const;
     http_response request(const std::string& method, const std::string& url, const char* body, std::size_t n,
                           const std::string& what);
     void upload(std::size_t index, const char* data, std::size_t n);

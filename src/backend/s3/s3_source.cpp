@@ -11,6 +11,7 @@ http_target target_of(const s3_location& l) {
     t.url = l.object_url;
     t.location = l.location;
     t.auth = l.auth;
+    t.signer = l.signer;
     t.follow_redirects = false;  // a signed request must not wander to another host
     t.kind = "s3";
     return t;
