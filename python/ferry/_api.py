@@ -15,6 +15,7 @@ from . import _ferry
 from ._convert import (
     as_ferry,
     dtype_text,
+    empty_in_library,
     fspath,
     is_gpu,
     keeps_byte_order,
@@ -125,10 +126,26 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
     else:
         shape = []
         n = available if count < 0 else min(int(count), available)
+    # On a GPU the items land straight in an array of the result's library, from its own
+    # memory pool (see empty_in_library); ferry allocates where that library cannot hold them.
+    buf = empty_in_library(lib, dev, shape or [n], _native_name(text)) if is_gpu(dev) else None
+    if buf is not None:
+        _ferry.fromfile_into(path, text, as_ferry(buf), n, start, False)
+        if fobj is not None:
+            fobj.seek(start + n * itemsize)
+        return buf
     a = _ferry.fromfile(path, text, n, start, shape, dev, keeps_byte_order(dev, lib))
     if fobj is not None:
         fobj.seek(start + a.nbytes)
     return to_library(a, lib)
+
+
+def _native_name(text: str) -> str:
+    """The name of ``text``'s dtype in native byte order ('>f4' -> 'float32', 'bfloat16')."""
+    try:
+        return np.dtype(text).newbyteorder("=").name
+    except TypeError:
+        return text
 
 
 def _from_host(arr: np.ndarray, device: str, lib: str | None):
