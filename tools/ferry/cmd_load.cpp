@@ -60,8 +60,10 @@ int run_load(const load_args& a) {
         ferry::file f(a.path);
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(4096, f.size()));
         f.read(warm.data(), n, 0);
-        ferry::stream s(o.load.where.device);
-        f.read_async(warm.data(), n, 0, s.get()).get();
+        if (f.config().gds != gds_mode::on) {  // which allows cuFile only, never the lanes
+            ferry::stream s(o.load.where.device);
+            f.read_async(warm.data(), n, 0, s.get()).get();
+        }
     }
     io_stats before = process_stats();
     auto t0 = std::chrono::steady_clock::now();
