@@ -10,6 +10,26 @@
 #include "formats/deserialize.hpp"
 
 namespace ferry {
+namespace {
+
+void check_offset(const std::string& path, std::uint64_t offset, std::uint64_t size) {
+    if (offset > size)
+        throw format_error(path, "offset",
+                           "offset " + std::to_string(offset) + " is beyond the end of the " +
+                               std::to_string(size) + "-byte file");
+}
+
+// `n` items of `item` bytes must fit in the `rest` bytes after `offset`.
+void check_count(const std::string& path, std::uint64_t n, std::uint64_t item, std::uint64_t offset,
+                 std::uint64_t rest) {
+    if (n > rest / item)
+        throw format_error(path, "count",
+                           std::to_string(n) + " items of " + std::to_string(item) +
+                               " bytes run past the end of the file (" + std::to_string(rest) +
+                               " bytes after offset " + std::to_string(offset) + ")");
+}
+
+}  // namespace
 
 array fromfile(const std::string& path, typed_order type, std::int64_t count, std::uint64_t offset,
                const std::vector<std::int64_t>& shape, const load_options& options) {
@@ -17,10 +37,7 @@ array fromfile(const std::string& path, typed_order type, std::int64_t count, st
     file f(path, open_mode::read);
     const std::uint64_t size = f.size();
     const std::uint64_t item = size_of(type.type);
-    if (offset > size)
-        throw format_error(path, "offset",
-                           "offset " + std::to_string(offset) + " is beyond the end of the " +
-                               std::to_string(size) + "-byte file");
+    check_offset(path, offset, size);
     const std::uint64_t rest = size - offset;
     std::uint64_t n = 0;
     if (!shape.empty() && count == -1) count = static_cast<std::int64_t>(element_count(shape, item));
@@ -34,11 +51,7 @@ array fromfile(const std::string& path, typed_order type, std::int64_t count, st
         n = rest / item;
     } else {
         n = static_cast<std::uint64_t>(count);
-        if (n > rest / item)
-            throw format_error(path, "count",
-                               std::to_string(n) + " items of " + std::to_string(item) +
-                                   " bytes run past the end of the file (" + std::to_string(rest) +
-                                   " bytes after offset " + std::to_string(offset) + ")");
+        check_count(path, n, item, offset, rest);
     }
     std::vector<std::int64_t> dims = shape;
     if (dims.empty()) {
@@ -71,15 +84,8 @@ array fromfile_into(const std::string& path, typed_order type, const array& out,
     file f(path, open_mode::read);
     const std::uint64_t size = f.size();
     const std::uint64_t item = size_of(type.type);
-    if (offset > size)
-        throw format_error(path, "offset",
-                           "offset " + std::to_string(offset) + " is beyond the end of the " +
-                               std::to_string(size) + "-byte file");
-    if (items > (size - offset) / item)
-        throw format_error(path, "count",
-                           std::to_string(items) + " items of " + std::to_string(item) +
-                               " bytes run past the end of the file (" + std::to_string(size - offset) +
-                               " bytes after offset " + std::to_string(offset) + ")");
+    check_offset(path, offset, size);
+    check_count(path, items, item, offset, size - offset);
     if (out.nbytes() > 0) f.read(out.data(), out.nbytes(), offset);
     array view(out.owner(), out.data(), type.type, out.shape(), out.where(), storage_order::c, type.order);
     if (options.keep_byte_order) return view;
