@@ -35,23 +35,30 @@ if ! ls "$nvcc_dir"/targets/*/include/cufile.h "$nvcc_dir"/include/cufile.h >/de
   python3 -m pip install -q nvidia-cufile
 fi
 
+# Whether Python modules are installed, looked up without importing them: importing them all
+# took 6 s (torch alone 3 s), and this script runs before every make target.
+installed() {
+  python3 -c 'import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@"
+}
+
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
-python3 -c "import numpy, pytest, nanobind, safetensors, ml_dtypes" 2>/dev/null || python3 -m pip install -q numpy pytest nanobind safetensors ml_dtypes
+installed numpy pytest nanobind safetensors ml_dtypes || python3 -m pip install -q numpy pytest nanobind safetensors ml_dtypes
 # zarr-python 3 (with numcodecs, google-crc32c and donfig) writes the arrays that ferry.zarr's
 # tests read; ferry itself never needs it. Without network and without carried wheels the
 # install fails: then those tests skip, saying so, and nothing else is held up.
-python3 -c "import zarr, numcodecs, google_crc32c; assert int(zarr.__version__.split('.')[0]) >= 3" 2>/dev/null ||
+{ installed zarr numcodecs google_crc32c &&
+  python3 -c "import importlib.metadata as m; assert int(m.version('zarr').split('.')[0]) >= 3" 2>/dev/null; } ||
   python3 -m pip install -q "zarr>=3.1" numcodecs google-crc32c ||
   echo "deps: zarr could not be installed; the tests of ferry.zarr will skip" >&2
 # moto's server mode: the S3 protocol (buckets, ranged GETs, multipart upload, errors) on 127.0.0.1.
-python3 -c "import moto.server, flask, flask_cors" 2>/dev/null || python3 -m pip install -q "moto[server]"
+installed moto flask flask_cors || python3 -m pip install -q "moto[server]"
 # huggingface_hub writes the sharded checkpoints (index + shards) the checkpoint tests load.
-python3 -c "import huggingface_hub" 2>/dev/null || python3 -m pip install -q huggingface_hub
+installed huggingface_hub || python3 -m pip install -q huggingface_hub
 # torch.distributed (gloo between processes on 127.0.0.1) runs the distributed-load tests, and
 # huggingface_hub's save_torch_state_dict writes their checkpoint. Large: one pip call, only
 # when it is missing.
-python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch
+installed torch || python3 -m pip install -q torch
 
 if [ "${1:-}" = "--bundle" ]; then
   find_include() {  # the system include directory that holds $1
