@@ -12,15 +12,8 @@ import sys
 
 import numpy as np
 
-
-def write_repeated(path, header, payload_bytes, block):
-    with open(path, "wb") as fh:
-        fh.write(header)
-        left = payload_bytes
-        while left:
-            n = min(left, len(block))
-            fh.write(block[:n])
-            left -= n
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import write_repeated  # noqa: E402
 
 
 def load(ferry, path, runs=5, extra=()):

@@ -18,25 +18,9 @@ import os
 import sys
 import time
 
-
-def parse_size(text):
-    """'8G', '8GiB', '512M', '4096' -> bytes (binary units)."""
-    t = text.strip().upper()
-    for suffix in ("IB", "B"):
-        if t.endswith(suffix) and len(t) > len(suffix) and t[-len(suffix) - 1] in "KMGT":
-            t = t[: -len(suffix)]
-            break
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if t[-1:] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(t)
-
-
-def try_import(name):
-    try:
-        return __import__(name, fromlist=["_"]), ""
-    except Exception as e:  # absent, or present but unable to load its CUDA libraries
-        return None, "%s: %s" % (name, e)
+# The repository's shared bench helpers (bench/bench_common.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_common import parse_size, try_import  # noqa: E402
 
 
 def warm_page_cache(path):

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <sstream>
 #include <unordered_map>
 
@@ -20,6 +19,7 @@
 
 #include "backend/http/url.hpp"
 #include "backend/s3/s3_bucket.hpp"
+#include "checkpoint/side_by_side.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
@@ -86,27 +86,13 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
 
 std::vector<checkpoint_shard> read_headers(const std::vector<std::string>& paths) {
     std::vector<checkpoint_shard> shards(paths.size());
-    for (std::size_t first = 0; first < paths.size(); first += max_parallel_headers) {
-        std::size_t last = std::min(paths.size(), first + max_parallel_headers);
-        std::vector<std::future<void>> pending;
-        for (std::size_t i = first; i < last; ++i)
-            pending.push_back(std::async(std::launch::async, [&, i] {
-                shards[i].path = paths[i];
-                file f(paths[i], open_mode::read);
-                shards[i].file_size = f.size();
-                shards[i].version = f.version();
-                shards[i].header = formats::read_safetensors_header(f, shards[i].file_size, shown(paths[i]));
-            }));
-        std::exception_ptr err;
-        for (auto& p : pending) {
-            try {
-                p.get();
-            } catch (...) {
-                if (!err) err = std::current_exception();
-            }
-        }
-        if (err) std::rethrow_exception(err);
-    }
+    checkpoints::side_by_side(paths.size(), max_parallel_headers, [&](std::size_t i) {
+        shards[i].path = paths[i];
+        file f(paths[i], open_mode::read);
+        shards[i].file_size = f.size();
+        shards[i].version = f.version();
+        shards[i].header = formats::read_safetensors_header(f, shards[i].file_size, shown(paths[i]));
+    });
     return shards;
 }
 

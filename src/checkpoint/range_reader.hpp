@@ -1,9 +1,8 @@
 // The one seam between checkpoint loads and the I/O engine: "read these byte ranges of these
-// files into these destinations, as one batch". The reads that land in place (whole tensors,
-// slices, row segments, spans picked apart on the way) are gathers of the I/O scheduler
-// (io/scheduler.hpp), one request for all shards. The pieces of converted tensors go to
-// temporaries: a plain range is a file::read_async on the engine's shared worker pool, and a
-// strided range is split into groups of rows read by the reader's own segment threads.
+// files into these destinations, as one batch". Every read is a gather of the I/O scheduler
+// (io/scheduler.hpp): those that land in place (whole tensors, slices, row segments, spans
+// picked apart on the way) one gather for many tensors, each piece of a converted tensor one of
+// its own into a temporary, so that an error names the piece it cut short.
 #pragma once
 
 #include <atomic>
@@ -19,7 +18,6 @@
 #include "ferry/file.hpp"
 
 namespace ferry::detail {
-class thread_pool;
 class file_impl;
 }
 
@@ -57,22 +55,21 @@ struct gather_request {
     std::uint64_t bytes_read() const noexcept { return span ? (rows - 1) * pitch + width : rows * width; }
 };
 
-/// One batch in flight. wait() returns, per request (the plain ones, then the strided ones),
-/// nullptr or its error, after every request finished (the destinations may be released then).
+/// One batch in flight. wait() returns, per request (the plain ones, then the strided ones; a
+/// gather is one request), nullptr or its error, after every request finished (the
+/// destinations may be released then).
 class range_batch {
 public:
     range_batch() = default;
     range_batch(range_batch&&) = default;
     range_batch& operator=(range_batch&&) = default;
     ~range_batch();
-    /// Waits for all; calls on_done(request index) for each request once all its parts are in.
+    /// Waits for all; calls on_done(request index) for each request that succeeded.
     std::vector<std::exception_ptr> wait(const std::function<void(std::size_t)>& on_done = {});
 
 private:
     friend class range_reader;
-    std::vector<std::future<std::size_t>> pending_;
-    std::vector<std::size_t> owner_;  ///< the request each pending part belongs to
-    std::size_t requests_ = 0;
+    std::vector<std::future<std::size_t>> pending_;  ///< one per request
 };
 
 /// The files of one load, opened once. Thread-compatible.
@@ -82,7 +79,7 @@ public:
     /// checkpoint_error when a remote shard's size or version is no longer what
     /// open_checkpoint saw.
     explicit range_reader(const std::vector<checkpoint_shard>& shards);
-    /// Joins the segment readers. Batches must have been waited for (they wait on destruction).
+    /// Closes the files. Batches must have been waited for (they wait on destruction).
     ~range_reader();
     /// Starts every request at once; returns without waiting.
     range_batch submit(const std::vector<range_request>& requests,
@@ -96,11 +93,10 @@ public:
     std::size_t requests() const noexcept { return count_.load(); }
 
 private:
-    detail::thread_pool& segment_pool();
+    /// Starts one gather as its own request of `b`.
+    void start(range_batch& b, const std::vector<gather_request>& gathers);
 
-    std::vector<file> files_;
-    std::vector<std::shared_ptr<detail::file_impl>> impls_;  ///< the same files, for gathers
-    std::unique_ptr<detail::thread_pool> segment_pool_;
+    std::vector<std::shared_ptr<detail::file_impl>> files_;
     std::atomic<std::uint64_t> bytes_{0};
     std::atomic<std::size_t> count_{0};
 };

@@ -29,13 +29,12 @@ void owned_event::reset() noexcept {
 owned_pinned owned_pinned::allocate(std::size_t bytes, const char* what) {
     owned_pinned o;
     o.p_ = pin_host_memory(bytes, what);
-    o.bytes_ = bytes;
     return o;
 }
 
 void owned_pinned::reset() noexcept {
     if (!p_) return;
-    unpin_host_memory(std::exchange(p_, nullptr), std::exchange(bytes_, 0));
+    unpin_host_memory(std::exchange(p_, nullptr));
 }
 
 }  // namespace ferry::detail

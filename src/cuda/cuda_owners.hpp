@@ -62,13 +62,11 @@ class owned_pinned {
 public:
     owned_pinned() = default;
     static owned_pinned allocate(std::size_t bytes, const char* what);
-    owned_pinned(owned_pinned&& o) noexcept
-        : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    owned_pinned(owned_pinned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
     owned_pinned& operator=(owned_pinned&& o) noexcept {
         if (this != &o) {
             reset();
             p_ = std::exchange(o.p_, nullptr);
-            bytes_ = std::exchange(o.bytes_, 0);
         }
         return *this;
     }
@@ -80,7 +78,6 @@ public:
 
 private:
     char* p_ = nullptr;
-    std::size_t bytes_ = 0;
 };
 
 }  // namespace ferry::detail

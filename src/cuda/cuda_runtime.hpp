@@ -65,8 +65,8 @@ void set_device(int device);
 /// allocations: large ones mapped with transparent huge pages, touched by several threads at
 /// once and registered with CUDA (several times faster to make than cudaHostAlloc on the H200
 /// machine), small ones, or where registration is refused, from cudaHostAlloc. Throws
-/// cuda_error. Release with unpin_host_memory and the same `bytes`.
+/// cuda_error. Release with unpin_host_memory.
 char* pin_host_memory(std::size_t bytes, const char* what);
-void unpin_host_memory(char* p, std::size_t bytes) noexcept;
+void unpin_host_memory(char* p) noexcept;
 
 }  // namespace ferry::detail

@@ -81,8 +81,7 @@ char* pin_host_memory(std::size_t bytes, const char* what) {
     return p;
 }
 
-void unpin_host_memory(char* p, std::size_t bytes) noexcept {
-    (void)bytes;
+void unpin_host_memory(char* p) noexcept {
     if (!p) return;
     std::size_t n = 0;
     {

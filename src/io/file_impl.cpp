@@ -10,6 +10,7 @@ namespace ferry::detail {
 file_impl::file_impl(const std::string& location, open_mode mode, const settings& s)
     : location_(location), shown_(ferry::redact_location(location)), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
     source_ = open_source(location, mode, config_);
+    host_route_ = route_slot(source_->kind(), to_string(mover::host));
     engine_ = engine::shared(config_);
 }
 

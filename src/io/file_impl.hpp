@@ -141,6 +141,7 @@ private:
     std::shared_ptr<engine> engine_;
     pid_t pid_;  ///< the process that opened the file (a forked child may not use it)
     std::unique_ptr<source> source_;
+    int host_route_ = -1;  ///< the statistics' slot of (this source, host): read_now counts there
 
     std::mutex direct_mutex_;
     std::string direct_disabled_why_;

@@ -167,8 +167,7 @@ void file_impl::read_now(char* dst, std::size_t n, std::uint64_t offset) {
     auto t0 = clock::now();
     source_->read(dst, n, offset, {location_, offset, n});
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-    count(direction::read, io_path::host, route_slot(source_->kind(), to_string(mover::host)), n,
-          static_cast<std::uint64_t>(ns), 1);
+    count(direction::read, io_path::host, host_route_, n, static_cast<std::uint64_t>(ns), 1);
 }
 
 void file_impl::enter_file_side() {

@@ -43,7 +43,7 @@ staging_pool::~staging_pool() {
     if (!memory_) return;
     note_staging(-static_cast<std::int64_t>(allocated_));
     if (pinned_) {
-        unpin_host_memory(memory_, allocated_);
+        unpin_host_memory(memory_);
     } else {
         std::free(memory_);
     }
