@@ -161,6 +161,10 @@ struct checkpoint_load_options {
     /// returning.
     stream_t stream = nullptr;
     progress_fn progress;
+    /// Makes the one block the fresh tensors share: at least `bytes` bytes on `where` (an
+    /// array library's own pool, say, whose mapped memory takes copies faster than a fresh
+    /// cudaMalloc). The tensors keep the returned array's owner. Empty: ferry allocates.
+    std::function<array(std::uint64_t bytes, const placement& where)> allocate;
 };
 
 /// What the planner decided for one tensor.

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _ferry
-from ._convert import as_ferry, dtype_text, fspath, target, to_library
+from ._convert import as_ferry, block_allocator, dtype_text, fspath, target, to_library
 from ._errors import UsageError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -132,6 +132,29 @@ def _destination(name: str, value: Any) -> Any:
     return as_ferry(value)
 
 
+def _destinations(targets: Mapping[str, Any]) -> list:
+    """_destination for every value, GPU arrays imported in one call: each import alone would
+    wait for its producer's stream (a synchronous round trip to the GPU, hundreds of them for a
+    model), where one wait covers them all."""
+    out: list = [None] * len(targets)
+    foreign: list[int] = []
+    values = list(targets.values())
+    for i, (name, value) in enumerate(targets.items()):
+        if isinstance(value, (_ferry.Array, np.ndarray)) or not (
+            hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
+        ):
+            out[i] = _destination(name, value)
+            continue
+        is_contiguous = getattr(value, "is_contiguous", None)
+        if callable(is_contiguous) and not is_contiguous():
+            raise UsageError("into[%r]: the destination must be contiguous" % name)
+        foreign.append(i)
+    if foreign:
+        for i, a in zip(foreign, _ferry.as_arrays([values[i] for i in foreign], True)):
+            out[i] = a
+    return out
+
+
 def _device_of(values: list) -> str | None:
     for v in values:
         a = as_ferry(v)
@@ -209,14 +232,16 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         dev, lib = target(device, like)
         total = _ferry.checkpoint_info(srcs)["bytes"] if progress is None and sys.stderr.isatty() else 0
         cb = _progress(progress, total)
+        # The tensors' shared block comes from the library's own pool, as ferry.fromfile's
+        # arrays do: memory it mapped before takes the copies at the full rate.
         arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
-                                               False, route, cb)
+                                               False, route, cb, block_allocator(lib, dev))
         out = CheckpointTensors((name, to_library(a, lib)) for name, a in arrays)
         out.stats = stats
         return out
 
     targets = dict(into.state_dict()) if _is_module(into) else dict(into)
-    pairs = [(str(k), _destination(k, v)) for k, v in targets.items()]
+    pairs = list(zip(map(str, targets), _destinations(targets)))
     dev = device
     if dev is None:
         dev = pairs[0][1].device if pairs else "cpu"

@@ -245,6 +245,17 @@ def empty_in_library(lib: str | None, device: str, shape: Sequence[int], dtype_n
     return None
 
 
+def block_allocator(lib: str | None, device: str) -> Any:
+    """A function n -> an uninitialized uint8 GPU array of n bytes from the pool of the library
+    a result goes to (see empty_in_library), for loads whose arrays share one block; None where
+    ferry allocates instead (host memory, managed memory, a library that is not importable)."""
+    if not is_gpu(device) or device.startswith("managed"):
+        return None
+    if lib not in (None, "cupy", "torch") or optional_module(lib or "cupy") is None:
+        return None
+    return lambda n: empty_in_library(lib, device, [max(int(n), 1)], "uint8")
+
+
 def as_ferry(obj: Any) -> _ferry.Array:
     """A ferry.Array viewing `obj`'s memory (no copy where it is contiguous)."""
     if isinstance(obj, _ferry.Array):

@@ -95,6 +95,7 @@ class File:
     ) -> None: ...
 
 def as_array(obj: Any, dtype: str | None = None) -> Array: ...
+def as_arrays(objs: Sequence[Any], writable: bool = False) -> list[Array]: ...
 def fromfile(
     path: _Path,
     dtype: str,
@@ -136,6 +137,7 @@ def load_checkpoint(
     strict: bool = False,
     route: str = "auto",
     progress: Any = None,
+    allocate: Any = None,
 ) -> tuple[list[tuple[str, Array]], dict[str, Any]]: ...
 def save_checkpoint(
     folder: str, arrays: Sequence[tuple[str, Array]], max_shard_size: int,

@@ -3,6 +3,8 @@
 // JAX and numpy take it without a copy.
 #include <Python.h>
 
+#include <algorithm>
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -243,6 +245,34 @@ void bind_array(nb::module_& m) {
         "obj"_a, "dtype"_a = nb::none(),
         "A ferry.Array viewing the memory of `obj` (no copy); `obj` stays alive as long as the\n"
         "view. `dtype` (a numpy name or type string such as '>f4') overrides the element type.");
+
+    m.def(
+        "as_arrays",
+        [](nb::list objs, bool writable) {
+            std::vector<foreign_memory> mems;
+            std::vector<array> out;
+            mems.reserve(nb::len(objs));
+            out.reserve(nb::len(objs));
+            for (nb::handle obj : objs) {
+                mems.push_back(import_memory(obj, writable));
+                out.push_back(as_array(mems.back()));
+            }
+            // One wait per device covers them all: each producer made its pending work visible
+            // on the legacy default stream, which one synchronous copy there waits for.
+            nb::gil_scoped_release nogil;
+            std::vector<int> waited;
+            for (const foreign_memory& mem : mems) {
+                if (!mem.stream || !mem.where.on_gpu() || mem.nbytes == 0) continue;
+                if (std::find(waited.begin(), waited.end(), mem.where.device) != waited.end()) continue;
+                waited.push_back(mem.where.device);
+                wait_for_producer(mem);
+            }
+            return out;
+        },
+        "objs"_a, "writable"_a = false,
+        "as_array for many objects at once, waiting once per device for their producers' work\n"
+        "instead of once per object. `writable`: the views will be written (read-only memory is\n"
+        "refused).");
 }
 
 }  // namespace ferry::python

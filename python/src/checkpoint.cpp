@@ -66,7 +66,7 @@ nb::dict info(const std::vector<std::string>& sources) {
 nb::tuple load(const std::vector<std::string>& sources, const std::string& device, const std::string& kind,
                const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
-               bool only_into, bool strict, const std::string& route, nb::object progress) {
+               bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
     if (as) o.as = parse_dtype(*as).type;
@@ -93,6 +93,20 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
         o.progress = [progress](std::uint64_t done, std::uint64_t total) {
             nb::gil_scoped_acquire gil;
             progress(done, total);
+        };
+    }
+    if (!allocate.is_none()) {
+        // The block from the caller's library (its pool): uint8 memory of at least `bytes`.
+        o.allocate = [allocate](std::uint64_t bytes, const placement&) {
+            foreign_memory mem;
+            array a;
+            {
+                nb::gil_scoped_acquire gil;
+                mem = import_memory(allocate(bytes), true);
+                a = as_array(mem, typed_order{dtype::uint8, native_byte_order});
+            }
+            wait_for_producer(mem);
+            return a;
         };
     }
     checkpoint_load l;
@@ -140,7 +154,9 @@ void bind_checkpoint(nb::module_& m) {
           "patterns"_a = std::vector<std::string>{}, "slices"_a = std::vector<slice_tuple>{},
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
           "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
-          "Loads a checkpoint in one plan. Returns ([(name, Array)], stats).");
+          "allocate"_a = nb::none(),
+          "Loads a checkpoint in one plan. Returns ([(name, Array)], stats). `allocate(n)`, when\n"
+          "given, returns the uint8 array of at least n bytes the fresh tensors share.");
     m.def(
         "save_checkpoint",
         [](const std::string& folder, const std::vector<std::pair<std::string, const array*>>& arrays,

@@ -374,6 +374,12 @@ def test_gpu_load_like_torch_and_into_module(tmp_path, torch):
     got = ferry.load_checkpoint(folder, device="cuda", like="torch")
     for k, v in model.state_dict().items():
         assert got[k].is_cuda and torch.equal(got[k].cpu(), v)
+    # The tensors share one block from PyTorch's own pool, which accounts for it.
+    base = torch.cuda.memory_allocated()
+    again = ferry.load_checkpoint(folder, device="cuda", like="torch")
+    assert torch.cuda.memory_allocated() - base >= again.stats["bytes_out"]
+    del again
+    assert torch.cuda.memory_allocated() == base
     dst = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 64)).to(torch.bfloat16).cuda()
     r = ferry.load_checkpoint(folder, into=dst)
     assert not r.missing_keys
@@ -393,6 +399,12 @@ def test_gpu_load_with_cupy(ckpt, cupy):
                                 slices={"model.layers.0.mlp.down_proj.weight": (1, 0, 48)})
     assert np.array_equal(cupy.asnumpy(got["model.layers.0.mlp.down_proj.weight"]),
                           sd["model.layers.0.mlp.down_proj.weight"][:, :48])
+    pool = cupy.get_default_memory_pool()
+    used = pool.used_bytes()
+    block = ferry.load_checkpoint(folder, device="cuda", like="cupy")
+    assert pool.used_bytes() - used >= block.stats["bytes_out"]
+    for k, v in sd.items():
+        assert np.array_equal(cupy.asnumpy(block[k]), v)
     dst = {"lm_head.weight": cupy.zeros((128, 64), cupy.float32)}
     ferry.load_checkpoint(folder, into=dst, tensors=["lm_head.weight"])
     assert np.array_equal(cupy.asnumpy(dst["lm_head.weight"]), sd["lm_head.weight"].astype(np.float32))

@@ -34,6 +34,21 @@ std::uint64_t align_like(std::uint64_t at, std::uint64_t like) {
     return at + (want + placement_alignment - at % placement_alignment) % placement_alignment;
 }
 
+// The block of the fresh tensors, from the caller's allocator when there is one: checked
+// before any byte lands in it.
+array make_block(std::uint64_t bytes, const checkpoint_load_options& o) {
+    if (!o.allocate) return array(dtype::uint8, {static_cast<std::int64_t>(bytes)}, o.where);
+    array b = o.allocate(bytes, o.where);
+    const placement w = b.where();
+    if (b.nbytes() < bytes || b.data() == nullptr)
+        throw usage_error("load_checkpoint: the allocator returned " + std::to_string(b.nbytes()) + " bytes, " +
+                          std::to_string(bytes) + " asked");
+    if (w.kind != o.where.kind || (o.where.on_gpu() && w.device != o.where.device))
+        throw usage_error("load_checkpoint: the allocator returned " + to_string(w) + " memory, " +
+                          to_string(o.where) + " asked");
+    return b;
+}
+
 struct piece {
     std::size_t t = 0;  // index into plan.tensors
     std::uint64_t r0 = 0, r1 = 0;
@@ -117,7 +132,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         prev = (!g.staged && g.rows == 1) ? i : SIZE_MAX;
     }
     array block;
-    if (!order.empty()) block = array(dtype::uint8, {static_cast<std::int64_t>(std::max<std::uint64_t>(total, 1))}, o.where);
+    if (!order.empty()) block = make_block(std::max<std::uint64_t>(total, 1), o);
     auto dst_of = [&](std::size_t i) -> unsigned char* {
         return geo[i].into ? static_cast<unsigned char*>(geo[i].into->data())
                            : static_cast<unsigned char*>(block.data()) + at[i];

@@ -458,6 +458,55 @@ TEST(Checkpoint, SaveRemovesAnOlderIndexFirstAndWritesItLast) {
         EXPECT_TRUE(e.path().extension() == ".safetensors" || e.path().extension() == ".json") << e.path();
 }
 
+TEST(Checkpoint, FreshTensorsShareTheCallersBlock) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    for (placement where : {placement::host(), placement::cuda(0)}) {
+        if (where.on_gpu() && cuda_device_count() == 0) continue;  // the host case still ran
+        checkpoint_load_options o;
+        o.where = where;
+        o.slices["layer.0.o"] = tensor_slice::split(1, 2, 1);
+        array given;
+        std::uint64_t asked = 0;
+        o.allocate = [&](std::uint64_t bytes, const placement& w) {
+            asked = bytes;
+            given = array(dtype::uint8, {static_cast<std::int64_t>(bytes + 512)}, w);
+            return given;
+        };
+        auto l = load_checkpoint(c, o);
+        ASSERT_GT(asked, 0u);
+        auto* lo = static_cast<const unsigned char*>(given.data());
+        for (const auto& t : l.tensors) {
+            auto* p = static_cast<const unsigned char*>(t.value.data());
+            EXPECT_TRUE(p >= lo && p + t.value.nbytes() <= lo + asked) << t.name;
+            EXPECT_EQ(t.value.owner(), given.owner()) << t.name;
+        }
+        for (const auto& t : s.all)
+            if (t.name != "layer.0.o") EXPECT_TRUE(same(find(l, t.name).copy_to(placement::host()), t.value)) << t.name;
+        check_slice(s.get("layer.0.o"), find(l, "layer.0.o").copy_to(placement::host()), 1, 24);
+    }
+    // A block too small, or in other memory, is refused before any byte lands in it.
+    checkpoint_load_options o;
+    o.allocate = [](std::uint64_t bytes, const placement&) {
+        return array(dtype::uint8, {static_cast<std::int64_t>(bytes - 1)});
+    };
+    EXPECT_THROW(
+        {
+            try {
+                load_checkpoint(c, o);
+            } catch (const usage_error& e) {
+                EXPECT_NE(std::string(e.what()).find("the allocator returned"), std::string::npos) << e.what();
+                throw;
+            }
+        },
+        usage_error);
+    o.where = placement::pinned();
+    o.allocate = [](std::uint64_t bytes, const placement&) {
+        return array(dtype::uint8, {static_cast<std::int64_t>(bytes)}, placement::host());
+    };
+    if (cuda_device_count() > 0) EXPECT_THROW(load_checkpoint(c, o), usage_error);
+}
+
 TEST(Checkpoint, LoadsIntoTheGpu) {
     FERRY_REQUIRE_GPU();
     sample s;
