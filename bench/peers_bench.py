@@ -370,7 +370,10 @@ def worker(a):
         dt = time.perf_counter() - t0
         got = nbytes_of(out)
         del out
-        ctx.free()
+        if a.fresh_memory:
+            ctx.free()
+        else:
+            gc.collect()
         if got != f["payload"]:
             raise SystemExit("%s read %d bytes of %s, not its %d" % (rid, got, kind, f["payload"]))
         runs.append(dt)
@@ -535,7 +538,7 @@ def write_worker(a):
 
 def child_cmd(a, extra):
     cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(a.threads), "--cache-drop", a.cache_drop,
-           "--reader-budget", str(a.reader_budget)]
+           "--reader-budget", str(a.reader_budget)] + (["--fresh-memory"] if a.fresh_memory else [])
     return cmd + (["--host"] if a.host else []) + extra
 
 
@@ -668,8 +671,11 @@ def report(res):
     host = res["params"]["host"]
     out = []
     c = res["ceilings"]
-    out.append("\n## Reads: %s, best of %d hot / %d cold, one process per reader\n"
-               % ("host memory" if host else "into GPU memory", res["params"]["repeat"], res["params"]["cold_repeat"]))
+    out.append("\n## Reads: %s, best of %d hot / %d cold, one process per reader%s\n"
+               % ("host memory" if host else "into GPU memory", res["params"]["repeat"], res["params"]["cold_repeat"],
+                  "" if host else ("; every run into memory mapped for it (--fresh-memory)"
+                                   if res["params"].get("fresh_memory") else
+                                   "; the libraries' pools kept between a reader's runs")))
     out.append("ceiling: hot %s %s GB/s; cold %s %s GB/s; cold runs dropped the page cache by %s\n"
                % (c["hot_what"], fmt(c["hot"]), c["cold_what"], fmt(c["cold"]),
                   ", ".join(sorted({r["cache_drop"] for r in res["reads"] if r.get("cache_drop")})) or "-"))
@@ -749,6 +755,10 @@ def main():
     ap.add_argument("--skip-cold", action="store_true")
     ap.add_argument("--skip-write", action="store_true")
     ap.add_argument("--skip-ferry-bench", action="store_true")
+    ap.add_argument("--fresh-memory", action="store_true",
+                    help="empty CuPy's and PyTorch's memory pools between a reader's runs, so that every run "
+                    "reads into memory mapped for it (slower to copy into, by about a tenth on the H200 "
+                    "machine); by default the pools keep it, as in a program that loads repeatedly")
     ap.add_argument("--host", action="store_true", help="host-memory rows only (no GPU needed)")
     ap.add_argument("--ferry", default=os.environ.get("FERRY_CLI", os.path.join(ROOT, "build", "tools", "ferry")),
                     help="the ferry CLI (default build/tools/ferry, or $FERRY_CLI)")
@@ -789,7 +799,7 @@ def main():
         ap.error("--only: unknown reader ids %s" % ", ".join(unknown))
     files = prepare_files(a.dir, bc.parse_size(a.size), bc.parse_size(a.npy_size), bc.parse_size(a.st_size),
                           a.layers)
-    res = {"params": {"host": a.host, "repeat": a.repeat, "cold_repeat": a.cold_repeat, "threads": a.threads,
+    res = {"params": {"host": a.host, "fresh_memory": a.fresh_memory, "repeat": a.repeat, "cold_repeat": a.cold_repeat, "threads": a.threads,
                       "dir": a.dir, "cache_drop": bc.cache_drop_method(a.cache_drop)},
            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
            "files": files, "reads": [], "phases": {}}
