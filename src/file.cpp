@@ -1,8 +1,12 @@
 // ferry::file: the public face of io/file_impl.
 #include "ferry/file.hpp"
 
+#include <string>
+
 #include "backend/http/url.hpp"
+#include "ferry/memory.hpp"
 #include "io/file_impl.hpp"
+#include "io/scheduler.hpp"
 
 namespace ferry {
 
@@ -100,6 +104,41 @@ path_plan file::plan() const {
 }
 
 io_stats file::stats() const { return must(impl_).stats(); }
+
+std::future<std::size_t> read_batch(const std::vector<read_piece>& pieces) {
+    std::vector<detail::gather> batch;
+    batch.reserve(pieces.size());
+    bool on_gpu = false;
+    int device = -1;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const read_piece& p = pieces[i];
+        if (!p.source) throw usage_error("read_batch: piece " + std::to_string(i) + " has no file");
+        if (p.length == 0) continue;
+        if (!p.memory) throw usage_error("read_batch: piece " + std::to_string(i) + " has no memory");
+        // One kind of memory for the whole batch: host memory, or GPU memory of one device.
+        memory_kind k = memory_kind_of(p.memory);
+        bool gpu = k == memory_kind::device || k == memory_kind::managed;
+        int d = gpu ? device_of(p.memory) : -1;
+        if (batch.empty()) {
+            on_gpu = gpu;
+            device = d;
+        } else if (gpu != on_gpu || d != device) {
+            throw usage_error("read_batch: piece " + std::to_string(i) + " goes to " + to_string(k) +
+                              " memory" + (gpu ? " of device " + std::to_string(d) : std::string()) +
+                              ", the batch's first to " +
+                              (on_gpu ? "GPU memory of device " + std::to_string(device) : std::string("host memory")) +
+                              ": one batch reads into one kind of memory");
+        }
+        detail::gather g;
+        g.file = p.source->impl_;
+        if (!g.file) throw usage_error("read_batch: piece " + std::to_string(i) + " reads a closed ferry::file");
+        g.offset = p.offset;
+        g.width = p.length;
+        g.memory = p.memory;
+        batch.push_back(std::move(g));
+    }
+    return detail::submit_gathers(batch);
+}
 
 void file::close() {
     if (!impl_) return;

@@ -52,6 +52,28 @@ FERRY_EXPORT std::string redact_location(const std::string& location);
 /// in parallel. Ownership: the memory passed to a request must stay valid until it completes
 /// (for futures and stream-ordered calls: until the future is ready / the stream passes it).
 /// Alignment: none required; O_DIRECT and cuFile alignment is handled inside.
+class file;
+
+/// One piece of a batched read (read_batch): `length` bytes at `offset` of `source` into
+/// `memory`.
+struct read_piece {
+    const file* source = nullptr;
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    void* memory = nullptr;
+};
+
+/// Starts every piece as one read and returns at once. Into GPU memory the pieces, of any
+/// number of files, go through the stream lanes together: each lane buffer is filled from as
+/// many pieces as fit, and adjacent destination bytes move in one copy, so many small pieces
+/// cost about what one large read costs (files that GPUDirect Storage serves take one request
+/// per piece). Into host memory each piece lands in place on the workers. The memory of all
+/// pieces is host memory, or GPU memory of one device (usage_error otherwise); a piece past the
+/// end of its file fails with end_of_file_error before any byte moves. The future holds the
+/// bytes read, or the first error once nothing of the batch runs any more. The files must stay
+/// open until it is ready (close() waits for it).
+FERRY_EXPORT std::future<std::size_t> read_batch(const std::vector<read_piece>& pieces);
+
 class FERRY_EXPORT file {
 public:
     /// Opens `path`. Throws system_error (with errno and the path) when it cannot.
@@ -110,6 +132,7 @@ public:
     void close();
 
 private:
+    friend std::future<std::size_t> read_batch(const std::vector<read_piece>& pieces);
     std::shared_ptr<detail::file_impl> impl_;
 };
 

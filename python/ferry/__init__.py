@@ -52,6 +52,26 @@ Array = _ferry.Array
 File = _ferry.File
 Future = _ferry.Future
 
+
+def read_batch(pieces) -> Future:
+    """Reads many pieces as one batch and returns a :class:`Future` of the bytes read.
+
+    Each piece is ``(file, offset, buffer)``: an open :class:`File`, the file offset, and the
+    memory the buffer's size in bytes lands in (numpy, CuPy, PyTorch, JAX or ferry arrays). All
+    buffers are host memory, or GPU memory of one device. Into GPU memory the pieces of every
+    file share ferry's stream lanes, so a thousand chunks of a few MiB move about as fast as
+    one large read; ``ferry.zarr`` reads a zarr array's chunks this way. The files stay open
+    until the future is done (closing one waits for it).
+
+    >>> import numpy as np, ferry                                       # doctest: +SKIP
+    >>> a, b = np.empty(4096, np.uint8), np.empty(4096, np.uint8)
+    >>> with ferry.File("x.bin") as f, ferry.File("y.bin") as g:
+    ...     ferry.read_batch([(f, 0, a), (g, 8192, b)]).result()
+    8192
+    """
+    return _ferry.read_batch(list(pieces))
+
+
 __version__: str = _ferry.version()
 
 
@@ -103,6 +123,7 @@ __all__ = [
     "fromfile",
     "info",
     "load",
+    "read_batch",
     "reset_stats",
     "save",
     "settings",

@@ -230,7 +230,7 @@ class Store(_ZarrStore):
 
                 cupy.cuda.get_current_stream().synchronize()
             out: list[Any] = []
-            pending = []
+            pieces = []
             nbytes = 0
             for req, span, off in zip(requests, spans, offsets):
                 if span is None:
@@ -239,16 +239,18 @@ class Store(_ZarrStore):
                 view = req.into if req.into is not None else block[off : off + span[1] - span[0]]
                 out.append(view)
                 if span[1] > span[0]:
-                    target = _Unordered(view) if on_gpu else view
-                    pending.append(files[req.key].pread(target, span[0]))
+                    pieces.append((files[req.key], span[0], _Unordered(view) if on_gpu else view))
                     nbytes += span[1] - span[0]
+            # One batch for every chunk of the read: on the GPU their bytes share the stream
+            # lanes' buffers, so chunks of a few MiB move like one large read.
+            pending = [_ferry.read_batch(pieces)] if pieces else []
         except BaseException:
             for f in files.values():
                 if f is not None:
                     f.close()
             raise
         _count("plans")
-        _count("requests", len(pending))
+        _count("requests", len(pieces))
         _count("bytes_read", nbytes)
         present = [
             i

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -303,6 +304,40 @@ void bind_file(nb::module_& m) {
         .def("__repr__", [](const py_file& f) {
             return "ferry.File('" + f.path + "', '" + f.mode + "'" + (f.f ? "" : ", closed") + ")";
         });
+
+    m.def(
+        "read_batch",
+        [](nb::list pieces) {
+            std::vector<read_piece> batch;
+            std::vector<foreign_memory> producers;
+            auto holds = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+            batch.reserve(nb::len(pieces));
+            for (nb::handle item : pieces) {
+                auto t = nb::cast<nb::tuple>(item);
+                if (nb::len(t) != 3) throw usage_error("read_batch: each piece is (ferry.File, offset, buffer)");
+                const py_file& f = nb::cast<const py_file&>(t[0]);
+                request_memory r = memory_for(t[2], true, std::nullopt);
+                holds->push_back(r.mem.owner);
+                batch.push_back({&f.get(), nb::cast<std::uint64_t>(t[1]), r.n, r.mem.data});
+                if (r.mem.stream && r.mem.where.on_gpu() && r.n > 0 &&
+                    std::none_of(producers.begin(), producers.end(),
+                                 [&](const foreign_memory& m) { return m.where.device == r.mem.where.device; }))
+                    producers.push_back(r.mem);
+            }
+            py_future out;
+            out.hold = holds;
+            nb::gil_scoped_release nogil;
+            // Work a producer still has queued on its memory ends first (one wait per device).
+            for (const foreign_memory& m : producers) wait_for_producer(m);
+            out.fut = read_batch(batch);
+            return out;
+        },
+        "pieces"_a,
+        "Reads every piece (ferry.File, offset, buffer: the buffer's size in bytes at `offset`)\n"
+        "as one batch and returns a ferry.Future of the bytes read. Into GPU memory, pieces of\n"
+        "many files share the stream lanes' buffers, so many small pieces cost about what one\n"
+        "large read does. All buffers host memory, or GPU memory of one device. Work queued on\n"
+        "a buffer's producer stream is waited for first.");
 }
 
 }  // namespace ferry::python

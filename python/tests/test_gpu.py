@@ -189,6 +189,34 @@ def test_file_io_with_gpu_buffers(cupy, torch, tmp_path):
         assert small.tolist() == [1.0, 2.0, 0.0, 0.0]
 
 
+def test_read_batch_into_gpu_memory(cupy, torch, tmp_path):
+    rng = np.random.default_rng(3)
+    blobs = [rng.integers(0, 256, (1 << 20) + 7 * i, dtype=np.uint8) for i in range(3)]
+    for i, b in enumerate(blobs):
+        b.tofile(tmp_path / ("%d.bin" % i))
+    files = [ferry.File(tmp_path / ("%d.bin" % i)) for i in range(3)]
+    pieces, want, views = [], [], []
+    block = cupy.empty(200 * 5000, dtype=cupy.uint8)
+    at = 0
+    for k in range(200):  # many small pieces of three files, packed into one block
+        n, off = 1 + (k * 977) % 5000, (k * 4099) % (1 << 19)
+        view = block[at : at + n]
+        pieces.append((files[k % 3], off, view))
+        want.append(blobs[k % 3][off : off + n])
+        views.append(view)
+        at += n
+    t = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    pieces.append((files[0], 12345, t))
+    assert ferry.read_batch(pieces).result() == at + 4096
+    for k, (v, w) in enumerate(zip(views, want)):
+        assert cupy.asnumpy(v).tobytes() == w.tobytes(), k
+    assert t.cpu().numpy().tobytes() == blobs[0][12345 : 12345 + 4096].tobytes()
+    with pytest.raises(ferry.UsageError, match="one kind of memory"):
+        ferry.read_batch([(files[0], 0, block[:8]), (files[1], 0, np.empty(8, np.uint8))])
+    for f in files:
+        f.close()
+
+
 def test_tofile_and_save_from_gpu(cupy, torch, tmp_path):
     a = cupy.asfortranarray(cupy.arange(20, dtype=cupy.int32).reshape(4, 5))
     ferry.tofile(a, tmp_path / "a.bin")

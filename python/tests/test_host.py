@@ -306,6 +306,25 @@ def test_file_read_write(tmp_path):
         f.size()
 
 
+def test_read_batch_of_many_files(tmp_path):
+    a = np.arange(1 << 16, dtype=np.uint16)
+    b = np.arange(1 << 14, dtype=np.float64)
+    a.tofile(tmp_path / "a.bin")
+    b.tofile(tmp_path / "b.bin")
+    with ferry.File(tmp_path / "a.bin") as fa, ferry.File(tmp_path / "b.bin") as fb:
+        x, y, z = np.empty(100, np.uint16), np.empty(7, np.float64), np.empty(3, np.uint8)
+        fut = ferry.read_batch([(fa, 20, x), (fb, 8 * 50, y), (fa, 1, z)])
+        assert fut.result() == x.nbytes + y.nbytes + z.nbytes
+        np.testing.assert_array_equal(x, a[10:110])
+        np.testing.assert_array_equal(y, b[50:57])
+        assert z.tobytes() == a.tobytes()[1:4]
+        assert ferry.read_batch([]).result() == 0
+        with pytest.raises(ferry.EndOfFileError):
+            ferry.read_batch([(fa, a.nbytes - 2, np.empty(4, np.uint8))]).result()
+        with pytest.raises(ferry.UsageError, match="read-only"):
+            ferry.read_batch([(fa, 0, np.frombuffer(b"abcd", np.uint8))])
+
+
 def test_file_asyncio(tmp_path):
     import asyncio
 

@@ -3,6 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "ferry/file.hpp"
+#include "ferry/memory.hpp"
+
 #include "test_util.hpp"
 
 namespace ferry::detail {
@@ -53,6 +59,82 @@ TEST(scheduler, files_with_the_same_tuning_share_one_engine) {
     EXPECT_EQ(a, b);
     EXPECT_NE(a, c);
     EXPECT_EQ(a, d) << "another tuning in between does not replace the engine";
+}
+
+// ferry::read_batch, the public face of the gathers: pieces of several files, of many sizes.
+struct batch_files {
+    test::temp_dir dir;
+    std::vector<std::unique_ptr<file>> files;
+    std::vector<read_piece> pieces;
+    std::vector<std::vector<std::uint8_t>> want;
+    std::size_t total = 0;
+    batch_files() {
+        for (int i = 0; i < 3; ++i) {
+            std::string path = dir / ("b" + std::to_string(i) + ".bin");
+            test::write_pattern_file(path, 3u << 20, static_cast<std::uint32_t>(i + 7));
+            files.push_back(std::make_unique<file>(path));
+        }
+        for (std::size_t k = 0; k < 240; ++k) {  // 1 byte to about 70 KiB each, every file in turn
+            std::size_t len = 1 + (k * 2654435761u) % (70u << 10);
+            std::uint64_t off = (k * 40503u) % ((3u << 20) - len);
+            pieces.push_back({files[k % 3].get(), off, len, nullptr});
+            want.push_back(test::pattern(len, off, static_cast<std::uint32_t>(k % 3 + 7)));
+            total += len;
+        }
+    }
+    // Packed one after the other from `base`.
+    void place(unsigned char* base) {
+        std::size_t at = 0;
+        for (auto& p : pieces) {
+            p.memory = base + at;
+            at += p.length;
+        }
+    }
+    void check(const unsigned char* host) const {
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < pieces.size(); ++k) {
+            EXPECT_EQ(0, std::memcmp(host + at, want[k].data(), want[k].size())) << "piece " << k;
+            at += pieces[k].length;
+        }
+    }
+};
+
+TEST(read_batch, pieces_of_many_files_land_byte_exact_in_host_memory) {
+    batch_files b;
+    std::vector<unsigned char> out(b.total);
+    b.place(out.data());
+    EXPECT_EQ(read_batch(b.pieces).get(), b.total);
+    b.check(out.data());
+    EXPECT_EQ(read_batch({}).get(), 0u);
+}
+
+TEST(read_batch, pieces_of_many_files_land_byte_exact_in_gpu_memory) {
+    FERRY_REQUIRE_GPU();
+    batch_files b;
+    device_buffer d(b.total, 0);
+    b.place(static_cast<unsigned char*>(d.data()));
+    io_stats before = process_stats();
+    EXPECT_EQ(read_batch(b.pieces).get(), b.total);
+    std::vector<unsigned char> back(b.total);
+    copy_memory(back.data(), d.data(), b.total);
+    b.check(back.data());
+    io_stats moved = process_stats() - before;
+    EXPECT_EQ(moved.bytes_read(), b.total);
+    // One kind of memory per batch.
+    std::vector<unsigned char> host(16);
+    std::vector<read_piece> mixed{{b.files[0].get(), 0, 16, d.data()}, {b.files[1].get(), 0, 16, host.data()}};
+    EXPECT_THROW(read_batch(mixed), usage_error);
+}
+
+TEST(read_batch, bad_pieces_fail_before_any_byte_moves) {
+    batch_files b;
+    std::vector<unsigned char> out(b.total, 0xAB);
+    b.place(out.data());
+    b.pieces.push_back({b.files[0].get(), (3u << 20) - 4, 8, out.data()});  // past the end
+    EXPECT_THROW(read_batch(b.pieces).get(), end_of_file_error);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](unsigned char c) { return c == 0xAB; }));
+    std::vector<read_piece> none{{nullptr, 0, 8, out.data()}};
+    EXPECT_THROW(read_batch(none), usage_error);
 }
 
 }  // namespace
