@@ -312,13 +312,19 @@ void bind_file(nb::module_& m) {
             std::vector<foreign_memory> producers;
             auto holds = std::make_shared<std::vector<std::shared_ptr<const void>>>();
             batch.reserve(nb::len(pieces));
+            std::size_t index = 0;
             for (nb::handle item : pieces) {
-                auto t = nb::cast<nb::tuple>(item);
-                if (nb::len(t) != 3) throw usage_error("read_batch: each piece is (ferry.File, offset, buffer)");
-                const py_file& f = nb::cast<const py_file&>(t[0]);
-                request_memory r = memory_for(t[2], true, std::nullopt);
+                const std::string which = "read_batch: piece " + std::to_string(index++);
+                if (!(nb::isinstance<nb::tuple>(item) || nb::isinstance<nb::list>(item)) || nb::len(item) != 3 || !nb::isinstance<py_file>(item[0]) ||
+                    !PyLong_Check(nb::handle(item[1]).ptr()))
+                    throw nb::type_error((which + " is not (ferry.File, offset, buffer)").c_str());
+                const py_file& f = nb::cast<const py_file&>(item[0]);
+                long long offset = PyLong_AsLongLong(nb::handle(item[1]).ptr());
+                if (offset == -1 && PyErr_Occurred()) throw nb::python_error();
+                if (offset < 0) throw usage_error(which + ": offset " + std::to_string(offset) + " is negative");
+                request_memory r = memory_for(item[2], true, std::nullopt);
                 holds->push_back(r.mem.owner);
-                batch.push_back({&f.get(), nb::cast<std::uint64_t>(t[1]), r.n, r.mem.data});
+                batch.push_back({&f.get(), static_cast<std::uint64_t>(offset), r.n, r.mem.data});
                 if (r.mem.stream && r.mem.where.on_gpu() && r.n > 0 &&
                     std::none_of(producers.begin(), producers.end(),
                                  [&](const foreign_memory& m) { return m.where.device == r.mem.where.device; }))

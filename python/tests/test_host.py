@@ -323,6 +323,12 @@ def test_read_batch_of_many_files(tmp_path):
             ferry.read_batch([(fa, a.nbytes - 2, np.empty(4, np.uint8))]).result()
         with pytest.raises(ferry.UsageError, match="read-only"):
             ferry.read_batch([(fa, 0, np.frombuffer(b"abcd", np.uint8))])
+        for bad in ([("a.bin", 0, z)], [(fa, 0)], [(fa, 1.5, z)], [fa]):
+            with pytest.raises(TypeError, match="piece 0 is not"):
+                ferry.read_batch(bad)
+        with pytest.raises(ferry.UsageError, match="negative"):
+            ferry.read_batch([(fa, -4, z)])
+        assert ferry.read_batch([[fa, 0, z]]).result() == 3
 
 
 def test_file_asyncio(tmp_path):
