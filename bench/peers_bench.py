@@ -667,9 +667,25 @@ def fmt(x, spec="%.2f"):
     return spec % x if x is not None else ""
 
 
+def harness_udev_record(folder):
+    """The udev record scripts/gpu-check.sh writes for cuFile's tests, when it describes the
+    disk of `folder`: with it cuFile serves that disk, so readers that use cuFile (KvikIO) do
+    not run as they would on the user's machine."""
+    try:
+        st = os.stat(folder)
+        path = "/run/udev/data/b%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+        with open(path) as f:
+            return path if "E:FERRY_TEST_HARNESS=1" in f.read().split() else None
+    except OSError:
+        return None
+
+
 def report(res):
     host = res["params"]["host"]
     out = []
+    if res.get("udev_record"):
+        out.append("\nwarning: %s (the test harness's udev record) is present: cuFile serves this disk, "
+                   "so KvikIO's rows are not what its users see; remove it and run again" % res["udev_record"])
     c = res["ceilings"]
     out.append("\n## Reads: %s, best of %d hot / %d cold, one process per reader%s\n"
                % ("host memory" if host else "into GPU memory", res["params"]["repeat"], res["params"]["cold_repeat"],
@@ -802,7 +818,10 @@ def main():
     res = {"params": {"host": a.host, "fresh_memory": a.fresh_memory, "repeat": a.repeat, "cold_repeat": a.cold_repeat, "threads": a.threads,
                       "dir": a.dir, "cache_drop": bc.cache_drop_method(a.cache_drop)},
            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
-           "files": files, "reads": [], "phases": {}}
+           "files": files, "reads": [], "phases": {}, "udev_record": harness_udev_record(a.dir)}
+    if res["udev_record"]:
+        bc.log("peers_bench: warning: %s, the test harness's udev record, is present: KvikIO will read "
+               "through cuFile, not as its users do" % res["udev_record"])
     wanted = [r for r in READERS if (not only or r in only)
               and (READERS[r][2] is not None or not a.host)]
 
