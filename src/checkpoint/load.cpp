@@ -297,28 +297,20 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         auto dev_slot = [&](std::size_t b) {
             return ds ? static_cast<unsigned char*>(dev_arena.data()) + (b % slots) * ds : nullptr;
         };
-        // Each piece is one request: a span (plain) or its row segments (strided); req_of
-        // gives its index in the batch's error list (plain ones first).
-        std::vector<std::size_t> req_of(pieces.size());
+        // Each piece is one request, in piece order: a span (one row) or its row segments.
         auto submit = [&](std::size_t b) {
-            std::vector<range_request> reqs;
-            std::vector<strided_request> segs;
+            std::vector<gather_request> reqs;
             unsigned char* base = host_slot(b);
             for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
                 const piece& p = pieces[k];
                 const geometry& g = geo[p.t];
-                if (plans[p.t].route == read_route::segments) {
-                    req_of[k] = segs.size();  // offset by reqs.size() below
-                    segs.push_back({g.file, g.offset + p.r0 * g.row_bytes, g.seg_bytes, g.row_bytes, p.r1 - p.r0,
-                                    base + p.host});
-                } else {
-                    req_of[k] = reqs.size();
-                    reqs.push_back({g.file, g.offset + p.r0 * g.row_bytes, host_bytes(p), base + p.host});
-                }
+                const std::uint64_t at = g.offset + p.r0 * g.row_bytes;
+                if (plans[p.t].route == read_route::segments)
+                    reqs.push_back({g.file, at, p.r1 - p.r0, g.row_bytes, g.seg_bytes, base + p.host});
+                else
+                    reqs.push_back({g.file, at, 1, host_bytes(p), host_bytes(p), base + p.host});
             }
-            for (std::size_t k = batches[b].first; k < batches[b].last; ++k)
-                if (plans[pieces[k].t].route == read_route::segments) req_of[k] += reqs.size();
-            return reader.submit(reqs, segs);
+            return reader.submit_each(reqs);
         };
         // Gather and convert one piece from its slot into place.
         auto place = [&](std::size_t b, const piece& p) {
@@ -358,7 +350,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
             std::vector<std::exception_ptr> errs = inflight[b].wait();
             for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
                 const piece& p = pieces[k];
-                std::exception_ptr e = errs[req_of[k]];
+                std::exception_ptr e = errs[k - batches[b].first];
                 if (e || failed[p.t]) {
                     if (e) fail(p.t, e);
                     continue;

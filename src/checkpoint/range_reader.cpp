@@ -82,12 +82,10 @@ range_batch range_reader::submit(const std::vector<gather_request>& gathers) {
     return b;
 }
 
-range_batch range_reader::submit(const std::vector<range_request>& requests,
-                                 const std::vector<strided_request>& strided) {
+range_batch range_reader::submit_each(const std::vector<gather_request>& requests) {
     range_batch b;
-    b.pending_.reserve(requests.size() + strided.size());
-    for (const auto& r : requests) start(b, {{r.file, r.offset, 1, r.length, r.length, r.dst, false}});
-    for (const auto& s : strided) start(b, {{s.file, s.offset, s.count, s.pitch, s.length, s.dst, false}});
+    b.pending_.reserve(requests.size());
+    for (const auto& r : requests) start(b, {r});
     return b;
 }
 

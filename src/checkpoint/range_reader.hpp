@@ -23,24 +23,6 @@ class file_impl;
 
 namespace ferry::checkpoints {
 
-struct range_request {
-    std::size_t file = 0;       ///< index into the reader's paths
-    std::uint64_t offset = 0;   ///< in the file
-    std::uint64_t length = 0;
-    void* dst = nullptr;        ///< any memory (host, pinned, device)
-};
-
-/// `count` segments of `length` bytes, segment r at file offset `offset + r * pitch`, landing
-/// packed at `dst + r * length`. Host memory only (pageable or pinned).
-struct strided_request {
-    std::size_t file = 0;
-    std::uint64_t offset = 0;
-    std::uint64_t length = 0;
-    std::uint64_t pitch = 0;
-    std::uint64_t count = 0;
-    void* dst = nullptr;
-};
-
 /// Rows of a file landing packed in memory (see detail::gather): the reads of tensors that land
 /// in place, whole or sliced. All of one batch go to host memory or to one GPU.
 struct gather_request {
@@ -55,8 +37,8 @@ struct gather_request {
     std::uint64_t bytes_read() const noexcept { return span ? (rows - 1) * pitch + width : rows * width; }
 };
 
-/// One batch in flight. wait() returns, per request (the plain ones, then the strided ones; a
-/// gather is one request), nullptr or its error, after every request finished (the
+/// One batch in flight. wait() returns, per request in the order submitted (a whole gather is
+/// one request), nullptr or its error, after every request finished (the
 /// destinations may be released then).
 class range_batch {
 public:
@@ -81,15 +63,15 @@ public:
     explicit range_reader(const std::vector<checkpoint_shard>& shards);
     /// Closes the files. Batches must have been waited for (they wait on destruction).
     ~range_reader();
-    /// Starts every request at once; returns without waiting.
-    range_batch submit(const std::vector<range_request>& requests,
-                       const std::vector<strided_request>& strided = {});
+    /// Starts every request at once, each on its own (its wait() reports one error per
+    /// request, in order); returns without waiting. Host memory only.
+    range_batch submit_each(const std::vector<gather_request>& requests);
     /// Starts a gather of many rows of many files as one request of the I/O scheduler
     /// (io/scheduler.hpp: into GPU memory, through the stream lanes); its wait() reports one
     /// request.
     range_batch submit(const std::vector<gather_request>& gathers);
     std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
-    /// File reads issued (a strided request counts its segments).
+    /// File reads issued (a request of row segments counts its rows).
     std::size_t requests() const noexcept { return count_.load(); }
 
 private:
