@@ -123,43 +123,37 @@ def _is_module(obj: Any) -> bool:
     return not isinstance(obj, Mapping) and callable(getattr(obj, "state_dict", None))
 
 
-def _destination(name: str, value: Any) -> Any:
+def _check_destination(name: str, value: Any) -> None:
     if isinstance(value, np.ndarray) and not (value.flags.c_contiguous and value.flags.writeable):
         raise UsageError("into[%r]: a numpy destination must be C-contiguous and writeable" % name)
     is_contiguous = getattr(value, "is_contiguous", None)
     if callable(is_contiguous) and not is_contiguous():
         raise UsageError("into[%r]: the destination must be contiguous" % name)
+
+
+def _destination(name: str, value: Any) -> Any:
+    _check_destination(name, value)
     return as_ferry(value)
 
 
 def _destinations(targets: Mapping[str, Any]) -> list:
-    """_destination for every value, GPU arrays imported in one call: each import alone would
-    wait for its producer's stream (a synchronous round trip to the GPU, hundreds of them for a
-    model), where one wait covers them all."""
-    out: list = [None] * len(targets)
+    """_destination for every value, arrays of other libraries imported in one call: each
+    import alone would wait for its producer's stream (a synchronous round trip to the GPU,
+    hundreds of them for a model), where one wait covers them all."""
+    out: list = []
     foreign: list[int] = []
-    values = list(targets.values())
-    for i, (name, value) in enumerate(targets.items()):
+    for name, value in targets.items():
+        _check_destination(name, value)
         if isinstance(value, (_ferry.Array, np.ndarray)) or not (
             hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
         ):
-            out[i] = _destination(name, value)
-            continue
-        is_contiguous = getattr(value, "is_contiguous", None)
-        if callable(is_contiguous) and not is_contiguous():
-            raise UsageError("into[%r]: the destination must be contiguous" % name)
-        foreign.append(i)
-    if foreign:
-        for i, a in zip(foreign, _ferry.as_arrays([values[i] for i in foreign], True)):
-            out[i] = a
+            out.append(as_ferry(value))
+        else:
+            foreign.append(len(out))
+            out.append(value)
+    for i, a in zip(foreign, _ferry.as_arrays([out[i] for i in foreign], True)):
+        out[i] = a
     return out
-
-
-def _device_of(values: list) -> str | None:
-    for v in values:
-        a = as_ferry(v)
-        return a.device
-    return None
 
 
 class _Bar:

@@ -3,8 +3,6 @@
 // JAX and numpy take it without a copy.
 #include <Python.h>
 
-#include <algorithm>
-
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -257,16 +255,8 @@ void bind_array(nb::module_& m) {
                 mems.push_back(import_memory(obj, writable));
                 out.push_back(as_array(mems.back()));
             }
-            // One wait per device covers them all: each producer made its pending work visible
-            // on the legacy default stream, which one synchronous copy there waits for.
             nb::gil_scoped_release nogil;
-            std::vector<int> waited;
-            for (const foreign_memory& mem : mems) {
-                if (!mem.stream || !mem.where.on_gpu() || mem.nbytes == 0) continue;
-                if (std::find(waited.begin(), waited.end(), mem.where.device) != waited.end()) continue;
-                waited.push_back(mem.where.device);
-                wait_for_producer(mem);
-            }
+            wait_for_producers(mems);
             return out;
         },
         "objs"_a, "writable"_a = false,

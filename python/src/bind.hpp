@@ -48,6 +48,9 @@ array as_array(const foreign_memory& m, std::optional<typed_order> type = std::n
 /// Waits until `m`'s producer's pending work on its memory is done (for writers without a
 /// stream-ordered call, such as save). GIL released by the caller's choice.
 void wait_for_producer(const foreign_memory& m);
+/// The same for many: one wait per device covers them all (each producer made its pending work
+/// visible on the legacy default stream, which one synchronous copy there waits for).
+void wait_for_producers(const std::vector<foreign_memory>& ms);
 
 /// Shared ownership of a Python object that is safe to drop without the GIL.
 std::shared_ptr<const void> hold_python(nb::object o);

@@ -7,7 +7,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -309,8 +308,8 @@ void bind_file(nb::module_& m) {
         "read_batch",
         [](nb::list pieces) {
             std::vector<read_piece> batch;
-            std::vector<foreign_memory> producers;
-            auto holds = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+            // The memories (their owners) stay held until the batch is done.
+            auto memories = std::make_shared<std::vector<foreign_memory>>();
             batch.reserve(nb::len(pieces));
             std::size_t index = 0;
             for (nb::handle item : pieces) {
@@ -323,18 +322,13 @@ void bind_file(nb::module_& m) {
                 if (offset == -1 && PyErr_Occurred()) throw nb::python_error();
                 if (offset < 0) throw usage_error(which + ": offset " + std::to_string(offset) + " is negative");
                 request_memory r = memory_for(item[2], true, std::nullopt);
-                holds->push_back(r.mem.owner);
                 batch.push_back({&f.get(), static_cast<std::uint64_t>(offset), r.n, r.mem.data});
-                if (r.mem.stream && r.mem.where.on_gpu() && r.n > 0 &&
-                    std::none_of(producers.begin(), producers.end(),
-                                 [&](const foreign_memory& m) { return m.where.device == r.mem.where.device; }))
-                    producers.push_back(r.mem);
+                memories->push_back(std::move(r.mem));
             }
             py_future out;
-            out.hold = holds;
+            out.hold = memories;
             nb::gil_scoped_release nogil;
-            // Work a producer still has queued on its memory ends first (one wait per device).
-            for (const foreign_memory& m : producers) wait_for_producer(m);
+            wait_for_producers(*memories);  // work a producer still has queued on its memory ends first
             out.fut = read_batch(batch);
             return out;
         },

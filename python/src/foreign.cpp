@@ -9,6 +9,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -154,6 +155,16 @@ void wait_for_producer(const foreign_memory& m) {
     // which is where the producer was asked to make its pending work visible.
     unsigned char byte;
     copy_memory(&byte, m.data, 1);
+}
+
+void wait_for_producers(const std::vector<foreign_memory>& ms) {
+    std::vector<int> waited;
+    for (const foreign_memory& m : ms) {
+        if (!m.stream || !m.where.on_gpu() || m.nbytes == 0) continue;
+        if (std::find(waited.begin(), waited.end(), m.where.device) != waited.end()) continue;
+        waited.push_back(m.where.device);
+        wait_for_producer(m);
+    }
 }
 
 std::string device_string(const placement& p) {
