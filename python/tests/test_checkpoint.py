@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ferry
+from hub_checkpoints import hub_save, reference
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 hub = pytest.importorskip("huggingface_hub")
@@ -35,40 +36,17 @@ def _state(seed=0):
     return sd
 
 
-def _hub_save(folder, sd, max_shard_size=40_000):
-    """A sharded checkpoint as huggingface_hub splits it, each shard written by safetensors."""
-    split = hub.split_state_dict_into_shards_factory(
-        sd, get_storage_size=lambda a: a.nbytes, max_shard_size=max_shard_size,
-        filename_pattern="model{suffix}.safetensors")
-    os.makedirs(folder, exist_ok=True)
-    for filename, names in split.filename_to_tensors.items():
-        safetensors_numpy.save_file({n: sd[n] for n in names}, os.path.join(folder, filename),
-                                    metadata={"format": "pt"})
-    if split.is_sharded:
-        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
-    return split
-
-
-def _reference(folder):
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            out.update(safetensors_numpy.load_file(os.path.join(folder, name)))
-    return out
-
-
 @pytest.fixture
 def ckpt(tmp_path):
     sd = _state()
-    split = _hub_save(str(tmp_path / "ckpt"), sd)
+    split = hub_save(str(tmp_path / "ckpt"), sd)
     assert split.is_sharded and len(split.filename_to_tensors) >= 4
     return str(tmp_path / "ckpt"), sd
 
 
 def test_loads_hub_sharded_checkpoint_byte_exact(ckpt):
     folder, sd = ckpt
-    ref = _reference(folder)
+    ref = reference(folder)
     for src in (folder, os.path.join(folder, "model.safetensors.index.json"),
                 os.path.join(folder, "model-*.safetensors"),
                 sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))):
@@ -219,7 +197,7 @@ def test_tensor_in_none_or_two_shards_and_disagreeing_index(ckpt, tmp_path):
     assert e.value.tensor == "ghost"
 
     other = str(tmp_path / "two")
-    split = _hub_save(other, sd)
+    split = hub_save(other, sd)
     shards = sorted(split.filename_to_tensors)
     first = os.path.join(other, shards[0])
     tensors = safetensors_numpy.load_file(first)
@@ -231,7 +209,7 @@ def test_tensor_in_none_or_two_shards_and_disagreeing_index(ckpt, tmp_path):
     assert e.value.tensor == stolen
 
     third = str(tmp_path / "three")
-    split = _hub_save(third, sd)
+    split = hub_save(third, sd)
     shards = sorted(split.filename_to_tensors)
     moved = split.filename_to_tensors[shards[0]][0]
     _rewrite_index(third, lambda m: m.__setitem__(moved, shards[1]))
@@ -298,7 +276,7 @@ def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
         index = json.load(f)
     assert index["metadata"]["total_size"] == sum(v.nbytes for v in sd.values())
     assert set(index["weight_map"]) == set(sd)
-    ref = _reference(folder)
+    ref = reference(folder)
     for k, v in sd.items():
         assert ref[k].tobytes() == v.tobytes()
     # huggingface_hub reads the shard metadata of the folder's index.

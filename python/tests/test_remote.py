@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import ferry
+from hub_checkpoints import hub_save, reference
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -67,30 +68,6 @@ def _state(seed=0):
     return sd
 
 
-def _hub_save(folder, sd, max_shard_size=40_000):
-    """A checkpoint as huggingface_hub splits it, each shard written by safetensors."""
-    hub = pytest.importorskip("huggingface_hub")
-    split = hub.split_state_dict_into_shards_factory(
-        sd, get_storage_size=lambda a: a.nbytes, max_shard_size=max_shard_size,
-        filename_pattern="model{suffix}.safetensors")
-    os.makedirs(folder, exist_ok=True)
-    for filename, names in split.filename_to_tensors.items():
-        safetensors_numpy.save_file({n: sd[n] for n in names}, os.path.join(folder, filename),
-                                    metadata={"format": "pt"})
-    if split.is_sharded:
-        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
-    return split
-
-
-def _reference(folder):
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            out.update(safetensors_numpy.load_file(os.path.join(folder, name)))
-    return out
-
-
 def _same(got, ref):
     assert sorted(got) == sorted(ref)
     for k, v in ref.items():
@@ -115,10 +92,10 @@ def served():
         tensors = {"w": a, "b": np.arange(10, dtype=np.int16)}
         save_file(tensors, os.path.join(www, "m.safetensors"))
         sd = _state()
-        _hub_save(os.path.join(www, "ckpt"), sd)
-        _hub_save(os.path.join(www, "single"), sd, max_shard_size=10 ** 9)
-        _hub_save(os.path.join(www, "broken"), sd)
-        _hub_save(os.path.join(www, "forbidden"), sd)
+        hub_save(os.path.join(www, "ckpt"), sd)
+        hub_save(os.path.join(www, "single"), sd, max_shard_size=10 ** 9)
+        hub_save(os.path.join(www, "broken"), sd)
+        hub_save(os.path.join(www, "forbidden"), sd)
         first = sorted(n for n in os.listdir(os.path.join(www, "broken")) if n.endswith(".safetensors"))[0]
         os.remove(os.path.join(www, "broken", first))
         os.makedirs(os.path.join(www, "empty"))
@@ -204,7 +181,7 @@ def s3(tmp_path_factory):
         local = tmp_path_factory.mktemp("s3-ckpt")
         sd = _state()
         for prefix, size in (("hub", 40_000), ("single", 10 ** 9), ("noindex", 40_000), ("broken", 40_000)):
-            _hub_save(str(local / prefix), sd, max_shard_size=size)
+            hub_save(str(local / prefix), sd, max_shard_size=size)
             names = sorted(os.listdir(local / prefix))
             for name in names:
                 if prefix == "noindex" and name.endswith(".json"):
@@ -245,7 +222,7 @@ def test_s3_through_moto(s3, tmp_path):
 
 
 def test_checkpoint_under_an_s3_prefix(s3):
-    ref = _reference(str(s3["local"] / "hub"))
+    ref = reference(str(s3["local"] / "hub"))
     for src in ("s3://ckpt/hub/", "s3://ckpt/hub", "s3://ckpt/hub/model.safetensors.index.json"):
         got = ferry.load_checkpoint(src)
         _same(got, ref)
@@ -254,8 +231,8 @@ def test_checkpoint_under_an_s3_prefix(s3):
     assert info["index"] == "s3://ckpt/hub/model.safetensors.index.json"
     assert all(sh["path"].startswith("s3://ckpt/hub/model-") for sh in info["shards"])
     # One object, and a prefix holding only model.safetensors.
-    _same(ferry.load_checkpoint("s3://ckpt/single/"), _reference(str(s3["local"] / "single")))
-    _same(ferry.load_checkpoint("s3://ckpt/single/model.safetensors"), _reference(str(s3["local"] / "single")))
+    _same(ferry.load_checkpoint("s3://ckpt/single/"), reference(str(s3["local"] / "single")))
+    _same(ferry.load_checkpoint("s3://ckpt/single/model.safetensors"), reference(str(s3["local"] / "single")))
     # No index: the *.safetensors objects directly under the prefix (ListObjectsV2), not deeper.
     got = ferry.load_checkpoint("s3://ckpt/noindex/")
     _same(got, ref)
@@ -263,7 +240,7 @@ def test_checkpoint_under_an_s3_prefix(s3):
 
 
 def test_checkpoint_slices_from_s3_read_only_what_they_need(s3):
-    ref = _reference(str(s3["local"] / "hub"))
+    ref = reference(str(s3["local"] / "hub"))
     rules = ferry.tensor_parallel(1, 2, column=["*q_proj.weight"], row=["*o_proj.weight", "*down_proj.weight"])
     got = ferry.load_checkpoint("s3://ckpt/hub/", slices=rules, tensors="model.layers.*")
     for name, v in got.items():
@@ -308,7 +285,7 @@ def test_save_checkpoint_to_s3(s3, tmp_path):
     index = json.load(open(tmp_path / "model.safetensors.index.json"))
     assert set(index["weight_map"]) == set(sd)
     assert index["metadata"]["total_size"] == sum(v.nbytes for v in sd.values())
-    _same(_reference(str(tmp_path)), sd)
+    _same(reference(str(tmp_path)), sd)
     _same(ferry.load_checkpoint("s3://ckpt/saved/"), sd)
     assert client.list_multipart_uploads(Bucket="ckpt").get("Uploads", []) == []
     # A save that fails part way: the older index is gone first and nothing half-written shows.
@@ -324,7 +301,7 @@ def test_save_checkpoint_to_s3(s3, tmp_path):
 
 
 def test_checkpoint_into_gpu_from_s3(s3, cupy):
-    ref = _reference(str(s3["local"] / "hub"))
+    ref = reference(str(s3["local"] / "hub"))
     got = ferry.load_checkpoint("s3://ckpt/hub/", device="cuda", like="cupy")
     for k, v in ref.items():
         assert cupy.asnumpy(got[k]).tobytes() == v.tobytes(), k
@@ -332,12 +309,12 @@ def test_checkpoint_into_gpu_from_s3(s3, cupy):
 
 def test_checkpoint_under_an_http_prefix(served):
     base, _, _, www = served
-    ref = _reference(os.path.join(www, "ckpt"))
+    ref = reference(os.path.join(www, "ckpt"))
     for src in (base + "/ckpt/", base + "/ckpt", base + "/ckpt/model.safetensors.index.json",
                 base + "/ckpt/?X-Amz-Signature=s3cr3t"):
         _same(ferry.load_checkpoint(src), ref)
     # No index: the prefix's model.safetensors (an HTTP prefix cannot be listed).
-    _same(ferry.load_checkpoint(base + "/single/"), _reference(os.path.join(www, "single")))
+    _same(ferry.load_checkpoint(base + "/single/"), reference(os.path.join(www, "single")))
 
 
 def test_checkpoint_errors_under_an_http_prefix(served):

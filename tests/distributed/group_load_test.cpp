@@ -27,14 +27,7 @@ namespace fs = std::filesystem;
 // The wheel's libnccl.so.2 when the loader's search path has none (torch brings nvidia-nccl).
 std::string nccl_library() {
     if (shim::nccl("libnccl.so.2").state.loaded) return "libnccl.so.2";
-    FILE* p = ::popen("python3 -c \"import os, nvidia.nccl as n; "
-                      "print(os.path.join(list(n.__path__)[0], 'lib', 'libnccl.so.2'))\" 2>/dev/null",
-                      "r");
-    if (!p) return {};
-    char buf[4096] = {};
-    std::string out = std::fgets(buf, sizeof buf, p) ? buf : "";
-    ::pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    std::string out = test::python_nccl_library();
     return !out.empty() && shim::nccl(out).state.loaded ? out : std::string();
 }
 

@@ -4,25 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
+
+#include "test_util.hpp"
 
 namespace ferry::shim {
 namespace {
-
-// The wheel's libnccl.so.2, where Python has one (scripts/deps.sh installs torch, which brings
-// nvidia-nccl); "" when none is found.
-std::string wheel_library() {
-    FILE* p = ::popen("python3 -c \"import os, nvidia.nccl as n; "
-                      "print(os.path.join(list(n.__path__)[0], 'lib', 'libnccl.so.2'))\" 2>/dev/null",
-                      "r");
-    if (!p) return {};
-    char buf[4096] = {};
-    std::string out = std::fgets(buf, sizeof buf, p) ? buf : "";
-    ::pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
-}
 
 TEST(nccl_shim, a_missing_library_is_a_reason) {
     nccl_api api{};
@@ -43,7 +30,7 @@ TEST(nccl_shim, a_real_library_gives_its_version_and_symbols) {
     nccl_api api{};
     nccl_state s = load_nccl("libnccl.so.2", api);
     if (!s.loaded) {
-        std::string wheel = wheel_library();
+        std::string wheel = test::python_nccl_library();
         if (wheel.empty()) GTEST_SKIP() << "no libnccl.so.2 here: " << s.load_error;
         s = load_nccl(wheel, api);
     }
