@@ -143,26 +143,28 @@ class CodecPipeline(BatchedCodecPipeline):
         self, batch: list[_BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]
     ) -> None:
         on_gpu = is_gpu_prototype(batch[0][1].prototype)
-        groups = _groups(batch)
         store: Store = batch[0][0].store
         out_arr = out.as_ndarray_like()
+        # Chunks read straight into `out` hold no memory of their own: only the others count
+        # towards a group's bytes (an uncompressed read is one group, one plan).
+        targets = {
+            id(item): self._direct_target(out_arr, item, drop_axes, on_gpu) for item in batch
+        }
+        groups = _groups(batch, lambda item: targets[id(item)] is None)
 
         def requests(group: list[_BatchItem]) -> list[ReadRequest]:
-            return [
-                ReadRequest(
-                    item[0].path, None, self._direct_target(out_arr, item, drop_axes, on_gpu)
-                )
-                for item in group
-            ]
+            return [ReadRequest(item[0].path, None, targets[id(item)]) for item in group]
 
         reqs = requests(groups[0])
         pending = store.start_reads(reqs, on_gpu=on_gpu)
         for g, group in enumerate(groups):
-            views = await pending.wait()
             done, done_reqs = pending, reqs
-            if g + 1 < len(groups):  # the next group's reads run while this one decodes
+            if g + 1 < len(groups):
+                # The next group's reads queue behind this one's before it is awaited, so the
+                # reads never pause between groups, and run on while this group decodes.
                 reqs = requests(groups[g + 1])
                 pending = store.start_reads(reqs, on_gpu=on_gpu)
+            views = await done.wait()
             present = done.present
             chunks = K.Batch(done.block, done.offsets, done.sizes, _keys(group, present), on_gpu)
             decoded: list[Any] = [None] * len(group)
@@ -516,11 +518,17 @@ def _fill(spec: ArraySpec) -> Any:
     return spec.dtype.default_scalar() if fill is None else fill
 
 
-def _groups(batch: list[_BatchItem]) -> list[list[_BatchItem]]:
+def _groups(
+    batch: list[_BatchItem], holds: Callable[[_BatchItem], bool] = lambda item: True
+) -> list[list[_BatchItem]]:
+    """The batch cut into groups of at most GROUP_BYTES of the items that `holds` memory."""
     groups: list[list[_BatchItem]] = [[]]
     used = 0
     for item in batch:
         spec = item[1]
+        if not holds(item):
+            groups[-1].append(item)
+            continue
         n = math.prod(spec.shape) * np.dtype(spec.dtype.to_native_dtype()).itemsize
         if groups[-1] and used + n > GROUP_BYTES:
             groups.append([])

@@ -91,7 +91,8 @@ public:
     /// start().
     std::future<std::size_t> start_on_stream(const request& r, stream_t s, completion then = {});
     /// A read routed through the stream lanes (mover::lanes) without a stream of the caller's:
-    /// laid out on the lanes after the calling thread's per-thread stream.
+    /// laid out on the lanes after the calling thread's per-thread stream, completed by the
+    /// lanes (nothing is queued on a stream of the caller's).
     std::future<std::size_t> start_on_lanes(const request& r, completion then);
     /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between
     /// the source and host memory at `host`, on the file workers, which make no CUDA call and
@@ -117,7 +118,9 @@ public:
 private:
     friend struct request_state;
     friend struct stream_request;
-    friend std::future<std::size_t> start_gather(const std::vector<gather>&, int, stream_t, completion);
+    friend std::future<std::size_t> start_gather(const std::vector<gather>&, int, completion);
+    /// start_on_stream (ordered: completed on `s`) and start_on_lanes (not).
+    std::future<std::size_t> start_streamed(const request& r, stream_t s, completion then, bool ordered);
     /// A file side that reads through the source itself (a gather's): counted in flight, so
     /// that close() waits for it; refused with usage_error once the file is closed.
     void enter_file_side();
@@ -158,10 +161,12 @@ private:
 };
 
 /// Reads every extent of `extents` into GPU memory of `device` through the stream lanes of the
-/// first extent's file, in stream order on `s` (io/stream_ordered.cpp): the gather is cut into
-/// lane-buffer chunks whose reads the file workers share. Each file counts its bytes as one
-/// request of the lanes route. `then` as for file_impl::start.
-std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device, stream_t s,
+/// first extent's file, after the calling thread's per-thread stream (io/stream_ordered.cpp):
+/// the gather is cut into lane-buffer chunks whose reads the file workers share, and the lanes
+/// complete it, so gathers started one after another follow each other on the lanes without a
+/// pause. Each file counts its bytes as one request of the lanes route. `then` as for
+/// file_impl::start.
+std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device,
                                       file_impl::completion then = {});
 
 /// The route a large read of `path` into GPU memory takes (a file, or for a directory a

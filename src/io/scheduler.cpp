@@ -5,8 +5,6 @@
 #include <cstring>
 #include <mutex>
 
-#include <cuda_runtime_api.h>
-
 #include "io/thread_pool.hpp"
 
 namespace ferry::detail {
@@ -169,7 +167,7 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
         asked.push_back(g.file.get());
         cufile = cufile || goes_to_cufile(*g.file);
     }
-    if (!cufile) return start_gather(real, device, reinterpret_cast<stream_t>(cudaStreamPerThread));
+    if (!cufile) return start_gather(real, device);
     std::vector<transfer> own;
     for (const gather& g : real)
         for (std::uint64_t r = 0; r < g.rows; ++r)

@@ -7,6 +7,13 @@
 //   caller's stream:  ... earlier work, [record start] ....... [wait lanes' done] [complete] ...
 //   lane k:           [wait start] [host fn chunk i] [copy chunk i] [host fn chunk i+N] ... [record done]
 //
+// Requests without a stream of the caller's (large reads the planner routes to the lanes, and
+// gathers) start after the calling thread's per-thread stream but end on the lanes themselves:
+// each lane's last item is a host function, and the last of those completes the request. So the
+// next request of the thread queues on the lanes right behind this one, instead of waiting
+// behind its completion on the caller's stream with every lane drained (a checkpoint or a zarr
+// read is many such requests in a row).
+//
 // The chunks of a request go to the N lanes in turn; each lane has two pinned buffers that its
 // chunks use alternately. The file side of a chunk (pread into, or pwrite from, its buffer) runs
 // on the engine's file workers, which never wait on CUDA; host functions only start file sides
@@ -166,6 +173,8 @@ struct stream_request {
     };
     std::vector<counted_file> counted;
     std::atomic<bool> cancelled{false};  ///< queueing failed part-way: start no more file sides
+    /// Unordered requests: the lanes whose closing host function has not run yet.
+    std::atomic<std::size_t> lanes_left{0};
     std::mutex error_mutex;
     std::exception_ptr error;
     std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
@@ -293,8 +302,9 @@ struct stream_request {
     }
 
     /// Lays the chunks of `q` (cut already for a gather, else cut here) out on the lanes of
-    /// `device` after the work queued on `cs`, and the completion on `cs`.
-    static void lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device);
+    /// `device` after the work queued on `cs`. Ordered: the completion on `cs`, after every
+    /// lane; unordered: on the lanes, by the last of them to finish (nothing queued on `cs`).
+    static void lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device, bool ordered);
 
     void complete() {
         std::exception_ptr e;
@@ -347,6 +357,28 @@ void CUDART_CB run_completion(void* p) {
     }
 }
 
+// The closing item of an unordered request on one lane: the last lane to get here completes it.
+void CUDART_CB run_lane_end(void* p) {
+    cuda_host_function_scope scope;
+    std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
+    if ((*q)->lanes_left.fetch_sub(1) != 1) return;
+    try {
+        (*q)->complete();
+    } catch (...) {
+        try {
+            (*q)->done.set_exception(std::current_exception());
+        } catch (...) {  // already satisfied: the future has its outcome
+        }
+    }
+}
+
+void queue_lane_end(cudaStream_t s, const std::shared_ptr<stream_request>& q) {
+    auto call = std::make_unique<std::shared_ptr<stream_request>>(q);
+    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_lane_end, call.get()), "cudaLaunchHostFunc",
+               {q->file->shown(), q->r.offset, q->r.n});
+    call.release();
+}
+
 void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::size_t index) {
     auto call = std::make_unique<chunk_call>(chunk_call{q, index});
     cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_chunk, call.get()), "cudaLaunchHostFunc",
@@ -387,12 +419,16 @@ std::future<std::size_t> file_impl::start_file_side(const request& r, std::size_
 }
 
 std::future<std::size_t> file_impl::start_on_lanes(const request& r, completion then) {
-    // The per-thread stream orders nothing else of the caller's (ferry's own calls on this
-    // thread use their own streams), and needs no stream to be made per request.
-    return start_on_stream(r, reinterpret_cast<stream_t>(cudaStreamPerThread), std::move(then));
+    // After the work of the calling thread's per-thread stream (which orders itself after the
+    // legacy default stream), completed on the lanes: the caller waits on the future.
+    return start_streamed(r, reinterpret_cast<stream_t>(cudaStreamPerThread), std::move(then), false);
 }
 
 std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s, completion then) {
+    return start_streamed(r, s, std::move(then), true);
+}
+
+std::future<std::size_t> file_impl::start_streamed(const request& r, stream_t s, completion then, bool ordered) {
     if (!cuda_available())
         throw cuda_error(cudaErrorNoDevice, "stream-ordered I/O needs CUDA: " + cuda_unavailable_reason(), {shown_});
     const bool on_gpu = r.kind == memory_kind::device || r.kind == memory_kind::managed;
@@ -426,11 +462,11 @@ std::future<std::size_t> file_impl::start_on_stream(const request& r, stream_t s
         return f;
     }
 
-    stream_request::lay_out(q, cs, r.device);
+    stream_request::lay_out(q, cs, r.device, ordered);
     return f;
 }
 
-void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device) {
+void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStream_t cs, int device, bool ordered) {
     const request& r = q->r;
     const std::string& location = q->file->shown_;  // redacted
     set_device(device);
@@ -484,6 +520,11 @@ void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStrea
                                "cudaMemcpy2DAsync (stream lane to GPU)", where);
             }
         }
+        if (!ordered) {
+            q->lanes_left = used;
+            for (std::size_t i = 0; i < used; ++i) queue_lane_end(lane(i).stream.get(), q);
+            return;
+        }
         for (std::size_t i = 0; i < used; ++i) {
             cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location, r.offset, r.n});
             cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location, r.offset, r.n});
@@ -495,8 +536,7 @@ void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStrea
     }
 }
 
-std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device, stream_t s,
-                                      file_impl::completion then) {
+std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device, file_impl::completion then) {
     if (extents.empty() || !extents.front().file) throw usage_error("internal: a gather without extents");
     if (!cuda_available())
         throw cuda_error(cudaErrorNoDevice, "a gather into GPU memory needs CUDA: " + cuda_unavailable_reason(),
@@ -526,7 +566,7 @@ std::future<std::size_t> start_gather(const std::vector<gather>& extents, int de
         return f;
     }
     q->chunks = cut_into_chunks(extents, q->file->engine_->lanes().buffer_size());
-    stream_request::lay_out(q, reinterpret_cast<cudaStream_t>(s), device);
+    stream_request::lay_out(q, cudaStreamPerThread, device, false);
     return f;
 }
 

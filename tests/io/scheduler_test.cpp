@@ -126,6 +126,44 @@ TEST(read_batch, pieces_of_many_files_land_byte_exact_in_gpu_memory) {
     EXPECT_THROW(read_batch(mixed), usage_error);
 }
 
+// Batches started one after another from one thread follow each other on the stream lanes,
+// each completed by the lanes: all in flight at once, awaited last first, every byte in place.
+TEST(read_batch, batches_in_flight_together_on_the_gpu_each_land_byte_exact) {
+    FERRY_REQUIRE_GPU();
+    test::temp_dir dir;
+    constexpr std::size_t file_bytes = 40u << 20;
+    std::vector<std::unique_ptr<file>> files;
+    for (std::uint32_t i = 0; i < 2; ++i) {
+        std::string path = dir / ("f" + std::to_string(i) + ".bin");
+        test::write_pattern_file(path, file_bytes, 11 + i);
+        files.push_back(std::make_unique<file>(path));
+    }
+    constexpr std::size_t batches = 12;
+    constexpr std::size_t per_batch = 3;  // pieces, each larger than a lane buffer
+    constexpr std::size_t piece = 9u << 20;
+    device_buffer d(batches * per_batch * piece, 0);
+    auto* base = static_cast<unsigned char*>(d.data());
+    std::vector<std::future<std::size_t>> inflight;
+    std::vector<std::uint64_t> offsets;
+    for (std::size_t b = 0; b < batches; ++b) {
+        std::vector<read_piece> pieces;
+        for (std::size_t k = 0; k < per_batch; ++k) {
+            std::size_t n = b * per_batch + k;
+            std::uint64_t off = (n * 1048573u) % (file_bytes - piece);
+            offsets.push_back(off);
+            pieces.push_back({files[n % 2].get(), off, piece, base + n * piece});
+        }
+        inflight.push_back(read_batch(pieces));
+    }
+    for (std::size_t b = batches; b-- > 0;) EXPECT_EQ(inflight[b].get(), per_batch * piece) << "batch " << b;
+    std::vector<unsigned char> back(piece);
+    for (std::size_t n = 0; n < batches * per_batch; ++n) {
+        copy_memory(back.data(), base + n * piece, piece);
+        auto want = test::pattern(piece, offsets[n], static_cast<std::uint32_t>(11 + n % 2));
+        EXPECT_EQ(0, std::memcmp(back.data(), want.data(), piece)) << "piece " << n;
+    }
+}
+
 TEST(read_batch, bad_pieces_fail_before_any_byte_moves) {
     batch_files b;
     std::vector<unsigned char> out(b.total, 0xAB);
