@@ -90,8 +90,15 @@ plan_result plan_route(const plan_facts& f) {
         p.reasons.back().detail = std::move(staging);
         // A large read into device memory: the lanes' few large copies beat many small ones
         // from the workers' own buffers (docs/benchmarks.md). Their file side reads buffered.
+        // Not for a remote source: the lanes keep about one read per lane ahead, where a
+        // source of round trips wants its full concurrency of ranged GETs in flight, which the
+        // workers' own buffers give it.
         if (!is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on && f.lanes > 0 &&
-            f.lane_threshold != lanes_off && f.size >= f.lane_threshold) {
+            f.lane_threshold != lanes_off && f.size >= f.lane_threshold && f.remote) {
+            say(reason_code::staging, "remote source: each thread keeps its own ranged GET in flight "
+                                      "(the stream lanes would keep about one per lane)");
+        } else if (!is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on &&
+                   f.lanes > 0 && f.lane_threshold != lanes_off && f.size >= f.lane_threshold) {
             p.chosen.how = mover::lanes;
             say(reason_code::stream_lanes,
                 "a read of " + bytes_text(f.size) + " (at least FERRY_LANE_THRESHOLD, " + bytes_text(f.lane_threshold) +

@@ -65,6 +65,7 @@ struct plan_facts {
     std::size_t size = 0;
     direction dir = direction::read;
     std::string source_kind = "posix";  ///< the opened source
+    bool remote = false;                ///< the source's reads are round trips (HTTP, S3)
     bool offers_direct = true;          ///< the source has a "direct" alternative
     bool offers_cufile = true;          ///< the source has a "cufile" alternative
     std::size_t threads = 1;

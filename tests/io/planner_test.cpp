@@ -242,6 +242,15 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     on.gds = gds_mode::on;
     on.offers_cufile = false;  // staged (and refused), never the lanes: cuFile only
     EXPECT_NE(plan_route(on).chosen.how, mover::lanes);
+
+    // A remote source keeps its ranged GETs in flight on every thread: staged, and says why.
+    plan_facts remote = with_lanes(facts(memory_kind::device, {}));
+    remote.source_kind = "http";
+    remote.remote = true;
+    remote.offers_cufile = remote.offers_direct = false;
+    plan_result r = plan_route(remote);
+    EXPECT_EQ(r.chosen.how, mover::staged);
+    EXPECT_NE(r.reasons.back().text.find("remote source"), std::string::npos) << r.reasons.back().text;
 }
 
 TEST(planner, every_code_has_a_name) {
