@@ -156,9 +156,9 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
 
     // In-place reads (whole tensors, slices, row segments and spans of tensors that need no
     // conversion): gathers of the I/O scheduler, plain ranges merged where file ranges and
-    // destinations are both contiguous. Cut into batches of about batch_bytes (across shards:
-    // the lanes carry one batch right behind the other), submitted at once and awaited in
-    // order, so that progress moves and an I/O error names the tensors of its batch only.
+    // destinations are both contiguous. Cut into batches of one shard and about batch_bytes,
+    // submitted at once and awaited in order, so that progress moves and an I/O error names
+    // the tensors of its batch only (the lanes carry one batch right behind the other).
     struct direct_req {
         gather_request g;
         std::size_t t;
@@ -198,7 +198,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     {
         std::uint64_t in_batch = batch_bytes;
         for (std::size_t k = 0; k < merged.size(); ++k) {
-            if (in_batch >= batch_bytes) {
+            if (in_batch >= batch_bytes || (k > 0 && merged[k].file != merged[k - 1].file)) {
                 direct_batches.emplace_back();
                 batch_tensors.emplace_back();
                 batch_read.push_back(0);
