@@ -19,6 +19,7 @@ from ._convert import (
     fspath,
     is_gpu,
     keeps_byte_order,
+    library_converter,
     target,
     to_library,
 )
@@ -217,7 +218,8 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
     fmt, arrays, _metadata = _ferry.load(p, dev, list(names or []), as_type, fmt,
                                          keeps_byte_order(dev, lib) and as_type is None, c_order)
     if fmt == "safetensors":
-        return {name: to_library(a, lib) for name, a in arrays}
+        convert = library_converter(lib, dev)
+        return {name: convert(a) for name, a in arrays}
     return to_library(arrays[0][1], lib)
 
 

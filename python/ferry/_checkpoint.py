@@ -14,7 +14,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _ferry
-from ._convert import as_ferry, block_allocator, dtype_text, fspath, target, to_library
+from ._convert import (
+    as_ferry,
+    block_allocator,
+    dtype_text,
+    fspath,
+    library_converter,
+    target,
+)
 from ._errors import UsageError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -230,7 +237,8 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         # arrays do: memory it mapped before takes the copies at the full rate.
         arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
                                                False, route, cb, block_allocator(lib, dev))
-        out = CheckpointTensors((name, to_library(a, lib)) for name, a in arrays)
+        convert = library_converter(lib, dev)
+        out = CheckpointTensors((name, convert(a)) for name, a in arrays)
         out.stats = stats
         return out
 

@@ -14,7 +14,7 @@ All of these share ferry's memory: nothing is copied on the way out.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import operator
 import os
 from typing import Any
@@ -205,6 +205,21 @@ def to_library(a: _ferry.Array, lib: str | None):
     if hasattr(mod, "from_dlpack"):
         return mod.from_dlpack(source)
     raise UsageError("like=: %s has no from_dlpack" % lib)
+
+
+def library_converter(lib: str | None, device: str) -> Callable[[_ferry.Array], Any]:
+    """to_library for many arrays of one call (a checkpoint's tensors): the library looked up
+    once. PyTorch on the GPU gets each array's DLPack capsule, not the array: handed an object,
+    torch.from_dlpack makes a stream object per tensor to pass to ``__dlpack__``, which costs
+    more than the import itself and which ferry's arrays, complete when they reach Python,
+    ignore."""
+    if lib == "torch" and is_gpu(device):
+        if optional_module("torch") is None:
+            raise UsageError("like= asks for torch, which cannot be imported")
+        from torch.utils.dlpack import from_dlpack
+
+        return lambda a: from_dlpack(a.__dlpack__())
+    return lambda a: to_library(a, lib)
 
 
 _TORCH_NAMES = {"bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
