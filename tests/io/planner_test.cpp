@@ -243,6 +243,17 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     on.offers_cufile = false;  // staged (and refused), never the lanes: cuFile only
     EXPECT_NE(plan_route(on).chosen.how, mover::lanes);
 
+    // A file mostly out of the page cache: each worker streams its own part (staged); a cached
+    // one, or one of unknown residency, takes the lanes.
+    plan_facts cold = with_lanes(facts(memory_kind::device, {}));
+    cold.cached_fraction = [] { return 0.1; };
+    plan_result c = plan_route(cold);
+    EXPECT_EQ(c.chosen.how, mover::staged);
+    EXPECT_EQ(c.reasons.back().code, reason_code::residency) << c.reasons.back().text;
+    plan_facts hot = with_lanes(facts(memory_kind::device, {}));
+    hot.cached_fraction = [] { return 0.9; };
+    EXPECT_EQ(plan_route(hot).chosen.how, mover::lanes);
+
     // A remote source keeps its ranged GETs in flight on every thread: staged, and says why.
     plan_facts remote = with_lanes(facts(memory_kind::device, {}));
     remote.source_kind = "http";
