@@ -162,6 +162,68 @@ def run_json(cmd, env=None, timeout=900):
     return {"skipped": "no JSON from %s: %s" % (cmd[0], lines[-1][:200])}
 
 
+def _cpu_list(text):
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}."""
+    cpus = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def numa_nodes():
+    """{node: set of its CPUs} from /sys/devices/system/node; {} where the machine does not say."""
+    base = "/sys/devices/system/node"
+    out = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("node") and name[4:].isdigit():
+            try:
+                with open(os.path.join(base, name, "cpulist")) as f:
+                    out[int(name[4:])] = _cpu_list(f.read())
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def gpu_numa_nodes():
+    """The NUMA node of each GPU nvidia-smi lists ([] without nvidia-smi), from the PCI device's
+    numa_node in sysfs (-1 where the machine does not say)."""
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    nodes = []
+    for line in p.stdout.split():
+        domain, _, rest = line.strip().lower().partition(":")
+        bdf = "%s:%s" % (domain[-4:], rest)  # nvidia-smi prints an 8-digit domain, sysfs 4
+        try:
+            with open("/sys/bus/pci/devices/%s/numa_node" % bdf) as f:
+                nodes.append(int(f.read()))
+        except (OSError, ValueError):
+            nodes.append(-1)
+    return nodes
+
+
+def placement():
+    """Where this process runs now: its CPU, that CPU's NUMA node, and the nodes of the CPUs it
+    may run on (pinned memory is first placed on the node of the CPU that touches it). Slow
+    readers in one run of several fresh processes can be told apart by it."""
+    try:
+        with open("/proc/self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+    except (OSError, ValueError, IndexError):
+        return {}
+    nodes = numa_nodes()
+    allowed = os.sched_getaffinity(0)
+    return {"cpu": cpu, "node": next((n for n, c in nodes.items() if cpu in c), None),
+            "allowed_nodes": sorted(n for n, c in nodes.items() if c & allowed)}
+
+
 def spread(values):
     """mean, min, max and the sample standard deviation (0 for one value)."""
     return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),

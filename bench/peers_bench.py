@@ -379,7 +379,8 @@ def worker(a):
         runs.append(dt)
         if sum(runs) > a.reader_budget:  # a slow reader (one thread, pageable memory): enough said
             break
-    r = {"id": rid, "seconds": min(runs), "runs": runs, "bytes": f["payload"], "versions": ctx.versions}
+    r = {"id": rid, "seconds": min(runs), "runs": runs, "bytes": f["payload"], "versions": ctx.versions,
+         "placement": bc.placement()}
     if method:
         r["cache_drop"] = method
     if rid.startswith("ferry."):
@@ -817,13 +818,22 @@ def main():
                           a.layers)
     res = {"params": {"host": a.host, "fresh_memory": a.fresh_memory, "repeat": a.repeat, "cold_repeat": a.cold_repeat, "threads": a.threads,
                       "dir": a.dir, "cache_drop": bc.cache_drop_method(a.cache_drop)},
-           "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
+           "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                       "numa_nodes": len(bc.numa_nodes()), "gpu_numa_nodes": bc.gpu_numa_nodes()},
            "files": files, "reads": [], "phases": {}, "udev_record": harness_udev_record(a.dir)}
     if res["udev_record"]:
         bc.log("peers_bench: warning: %s, the test harness's udev record, is present: KvikIO will read "
                "through cuFile, not as its users do" % res["udev_record"])
     wanted = [r for r in READERS if (not only or r in only)
               and (READERS[r][2] is not None or not a.host)]
+
+    def where(r):
+        """' (cpu 3, node 0)' on machines of several NUMA nodes, else ''."""
+        pl = r.get("placement") or {}
+        if res["machine"]["numa_nodes"] < 2 or "cpu" not in pl:
+            return ""
+        return " (cpu %d, node %s; GPU on node %s)" % (pl["cpu"], pl.get("node"),
+                                                       ",".join(map(str, res["machine"]["gpu_numa_nodes"])) or "?")
 
     def phase(name, t0):
         res["phases"][name] = time.perf_counter() - t0
@@ -833,8 +843,8 @@ def main():
     t0 = time.perf_counter()
     for rid in wanted:
         r = run_reader(a, rid, files[READERS[rid][0]], cold=False)
-        bc.log("peers_bench: hot  %-24s %s" % (rid, "%.2f GB/s" % gbps(r) if "seconds" in r
-                                              else r.get("unavailable") or r.get("skipped")))
+        bc.log("peers_bench: hot  %-24s %s%s" % (rid, "%.2f GB/s" % gbps(r) if "seconds" in r
+                                                else r.get("unavailable") or r.get("skipped"), where(r)))
         res["reads"].append(r)
     if not a.skip_ferry_bench and (not only or "ferry.fromfile" in only):
         bc.warm([files["raw"]["path"]], a.threads)
@@ -853,8 +863,8 @@ def main():
         t0 = time.perf_counter()
         for rid in [r for r in COLD if r in wanted]:
             r = run_reader(a, rid, files[READERS[rid][0]], cold=True)
-            bc.log("peers_bench: cold %-24s %s" % (rid, "%.2f GB/s" % gbps(r) if "seconds" in r
-                                                  else r.get("unavailable") or r.get("skipped")))
+            bc.log("peers_bench: cold %-24s %s%s" % (rid, "%.2f GB/s" % gbps(r) if "seconds" in r
+                                                    else r.get("unavailable") or r.get("skipped"), where(r)))
             res["reads"].append(r)
         phase("cold reads", t0)
     res["phases"]["total"] = time.perf_counter() - t_start

@@ -65,6 +65,27 @@ def test_every_reader_is_measured_or_says_why(host_run):
     assert "ferry Python / this" in table
 
 
+def test_each_reader_says_where_it_ran(host_run):
+    # The CPU each Python reader's process ran on and that CPU's NUMA node, next to the
+    # machine's nodes and the GPUs' (slow processes of one run can then be told apart; the CLI
+    # runs as its own program and is not placed).
+    res, _, _ = host_run
+    sys.path.insert(0, BENCH)
+    import bench_common as bc
+
+    assert res["machine"]["numa_nodes"] == len(bc.numa_nodes())
+    assert isinstance(res["machine"]["gpu_numa_nodes"], list)
+    measured = [r for r in res["reads"] if "seconds" in r and r["role"] != "ferry-cli"]
+    assert measured
+    for r in measured:
+        pl = r["placement"]
+        assert 0 <= pl["cpu"] < os.cpu_count()
+        if bc.numa_nodes():
+            assert pl["node"] in bc.numa_nodes() and pl["node"] in pl["allowed_nodes"]
+    assert bc._cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert bc._cpu_list("") == set()
+
+
 def test_durable_writes_are_interleaved_and_paired(host_run):
     res, table, d = host_run
     w = res["writes"]
