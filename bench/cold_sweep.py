@@ -4,12 +4,13 @@ under several settings, interleaved round by round with the ceiling the bars use
 buffered pread of the same file (16 threads, 4 MiB pieces).
 
     python3 bench/cold_sweep.py FILE [--ferry build/tools/ferry] [--rounds 2]
-        [--config NAME=VAR=VALUE,VAR=VALUE ...] [--json out.json]
+        [--config NAME=VAR=VALUE,VAR=VALUE ...] [--cache-drop auto] [--json out.json]
 
-Without --config: the defaults, buffered reads through the lanes (FERRY_DIRECT_IO=off), and
-O_DIRECT with 4 and 8 MiB staging buffers. Prints GB/s per reader (mean over rounds) and the
-ratio to the pread ceiling, paired round by round. Needs root for drop_caches (else
-posix_fadvise per file, which bench_common says).
+Without --config: the defaults (a cold file takes the workers' own buffered streams), the
+staged route forced (FERRY_LANE_THRESHOLD=off) and O_DIRECT with 4 and 8 MiB staging buffers.
+Prints GB/s per reader (mean over rounds), the ratio to the pread ceiling paired round by round,
+and the route each took. The page cache is dropped by drop_caches as root, else by
+posix_fadvise on the file (--cache-drop).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import bench_common as bc  # noqa: E402
 
 DEFAULT_CONFIGS = [
     "default=",
-    "buffered=FERRY_DIRECT_IO=off",
+    "staged=FERRY_LANE_THRESHOLD=off",
     "direct-4M=FERRY_DIRECT_IO=on,FERRY_STAGING_BUFFER_SIZE=4M",
     "direct-8M=FERRY_DIRECT_IO=on,FERRY_STAGING_BUFFER_SIZE=8M",
 ]
@@ -57,11 +58,13 @@ def main() -> int:
     ap.add_argument("--ferry", default="build/tools/ferry")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--config", action="append", default=[])
+    ap.add_argument("--cache-drop", default="auto", choices=["auto", "drop_caches", "fadvise"],
+                    help="auto: drop_caches as root, else posix_fadvise on the file")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     configs = [parse_config(c) for c in (a.config or DEFAULT_CONFIGS)]
     n = os.path.getsize(a.file)
-    method = bc.cache_drop_method("auto")
+    method = bc.cache_drop_method(a.cache_drop)
     times: dict[str, list[float]] = {"pread": []}
     routes: dict[str, list[str]] = {}
     for name, _ in configs:

@@ -5,6 +5,7 @@ what the tables print, and plots come out as PNGs (or a clear message without ma
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -131,3 +132,30 @@ def test_plots(host_run, tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
+
+
+@pytest.mark.skipif(not CLI, reason="FERRY_CLI is not set (ctest sets it to the built CLI)")
+def test_cold_sweep_and_numa_probe_measure_every_config(tmp_path):
+    # The cold sweep: each config measured every round against the pread ceiling, with the
+    # route ferry took; a malformed config is refused by name. The NUMA probe: every node of the
+    # machine measured every round.
+    f = tmp_path / "f.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    out = tmp_path / "cold.json"
+    r = run([os.path.join(BENCH, "cold_sweep.py"), str(f), "--ferry", CLI, "--rounds", "2",
+             "--config", "default=", "--config", "small=FERRY_STAGING_BUFFER_SIZE=1M", "--cache-drop", "fadvise",
+             "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"pread", "default", "small"}
+    for name in ("default", "small"):
+        assert rows[name]["GBps"] > 0 and rows[name]["vs_pread"] > 0 and rows[name]["routes"], rows
+    bad = run([os.path.join(BENCH, "cold_sweep.py"), str(f), "--ferry", CLI, "--config", "x=NOTFERRY=1"])
+    assert bad.returncode != 0 and "x=NOTFERRY=1" in bad.stderr
+    if not shutil.which("taskset"):
+        pytest.skip("taskset is not installed: the NUMA probe was not run")
+    out = tmp_path / "numa.json"
+    r = run([os.path.join(BENCH, "numa_probe.py"), str(f), "--ferry", CLI, "--rounds", "2", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    rates = json.loads(out.read_text())["rates"]
+    assert rates and all(len(v) == 2 and min(v) > 0 for v in rates.values()), rates
