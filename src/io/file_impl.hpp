@@ -109,7 +109,8 @@ public:
 
     /// The route of a request of `n` bytes to or from memory of `kind`, with its reasons.
     /// Counts fallbacks; throws when the settings allow no usable route.
-    plan_result plan(memory_kind kind, std::size_t n, direction dir);
+    /// `lanes` false leaves the stream lanes out of the choice (and their residency probe).
+    plan_result plan(memory_kind kind, std::size_t n, direction dir, bool lanes = true);
     io_stats stats() const { return counters_.snapshot(); }
     void sync() const;
     void truncate(std::uint64_t size) const;

@@ -55,7 +55,7 @@ source* file_impl::route_source(const route& r) {
     return s;
 }
 
-plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
+plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool lanes) {
     const bool local = source_->kind() == "posix";
     plan_facts f;
     f.memory = kind;
@@ -71,7 +71,7 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir) {
     f.gds_threshold = config_.gds_threshold;
     f.staging_buffers = engine_->staging().buffers_per_worker();
     f.staging_buffer_size = engine_->staging().buffer_size();
-    f.lanes = engine_->lanes().count();
+    f.lanes = lanes ? engine_->lanes().count() : 0;
     f.lane_buffer_size = engine_->lanes().buffer_size();
     f.lane_threshold = config_.lane_threshold;
     f.cached_fraction = [this] { return source_->cached_fraction(); };

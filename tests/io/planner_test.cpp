@@ -253,6 +253,16 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     plan_facts hot = with_lanes(facts(memory_kind::device, {}));
     hot.cached_fraction = [] { return 0.9; };
     EXPECT_EQ(plan_route(hot).chosen.how, mover::lanes);
+    // Without lanes to choose (a gather asking only whether cuFile takes the file), the
+    // residency probe is never asked.
+    plan_facts no_lanes = facts(memory_kind::device, {});
+    bool asked = false;
+    no_lanes.cached_fraction = [&] {
+        asked = true;
+        return 0.1;
+    };
+    EXPECT_EQ(plan_route(no_lanes).chosen.how, mover::staged);
+    EXPECT_FALSE(asked);
 
     // A remote source keeps its ranged GETs in flight on every thread: staged, and says why.
     plan_facts remote = with_lanes(facts(memory_kind::device, {}));
