@@ -107,22 +107,24 @@ plan_result plan_route(const plan_facts& f) {
         // (cold 8 GiB on the H200 machine: 1.17x against 0.97x a parallel pread).
         const bool large = !is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on &&
                            f.lanes > 0 && f.lane_threshold != lanes_off && f.size >= f.lane_threshold;
-        const double r = large && !f.remote ? resident() : -1;
-        if (large && f.remote) {
+        if (!large) return p;
+        if (f.remote) {
             say(reason_code::staging, "remote source: each thread keeps its own ranged GET in flight "
                                       "(the stream lanes would keep about one per lane)");
-        } else if (large && r >= 0 && r < 0.5) {
+            return p;
+        }
+        if (const double r = resident(); r >= 0 && r < 0.5) {
             say(reason_code::residency, std::to_string(static_cast<int>(r * 100)) +
                                             "% of the file is in the page cache: each thread reads its own "
                                             "stream from the disk (the stream lanes are for cached files)");
-        } else if (large) {
-            p.chosen.how = mover::lanes;
-            say(reason_code::stream_lanes,
-                "a read of " + bytes_text(f.size) + " (at least FERRY_LANE_THRESHOLD, " + bytes_text(f.lane_threshold) +
-                    ") goes through " + std::to_string(f.lanes) + " stream lanes of 2 x " +
-                    bytes_text(f.lane_buffer_size) + " pinned buffers, filled by all " + std::to_string(f.threads) +
-                    " threads: fewer, larger copies to the GPU");
+            return p;
         }
+        p.chosen.how = mover::lanes;
+        say(reason_code::stream_lanes,
+            "a read of " + bytes_text(f.size) + " (at least FERRY_LANE_THRESHOLD, " + bytes_text(f.lane_threshold) +
+                ") goes through " + std::to_string(f.lanes) + " stream lanes of 2 x " +
+                bytes_text(f.lane_buffer_size) + " pinned buffers, filled by all " + std::to_string(f.threads) +
+                " threads: fewer, larger copies to the GPU");
         return p;
     };
     if (f.memory == memory_kind::managed)

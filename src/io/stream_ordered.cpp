@@ -344,37 +344,38 @@ void CUDART_CB run_chunk(void* p) {
     }
 }
 
-void CUDART_CB run_completion(void* p) {
-    cuda_host_function_scope scope;
-    std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
+// Completes the request from a host function: an error that escaped complete() still reaches
+// the future.
+void finish(stream_request& q) {
     try {
-        (*q)->complete();  // queued last: a request whose queueing failed never gets here
+        q.complete();
     } catch (...) {
         try {
-            (*q)->done.set_exception(std::current_exception());
+            q.done.set_exception(std::current_exception());
         } catch (...) {  // already satisfied: the future has its outcome
         }
     }
+}
+
+// The completion of an ordered request, queued last on the caller's stream: a request whose
+// queueing failed never gets here.
+void CUDART_CB run_completion(void* p) {
+    cuda_host_function_scope scope;
+    std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
+    finish(**q);
 }
 
 // The closing item of an unordered request on one lane: the last lane to get here completes it.
 void CUDART_CB run_lane_end(void* p) {
     cuda_host_function_scope scope;
     std::unique_ptr<std::shared_ptr<stream_request>> q(static_cast<std::shared_ptr<stream_request>*>(p));
-    if ((*q)->lanes_left.fetch_sub(1) != 1) return;
-    try {
-        (*q)->complete();
-    } catch (...) {
-        try {
-            (*q)->done.set_exception(std::current_exception());
-        } catch (...) {  // already satisfied: the future has its outcome
-        }
-    }
+    if ((*q)->lanes_left.fetch_sub(1) == 1) finish(**q);
 }
 
-void queue_lane_end(cudaStream_t s, const std::shared_ptr<stream_request>& q) {
+// Queues `fn` (run_completion or run_lane_end) on `s` with a reference to the request.
+void queue_request_call(cudaStream_t s, const std::shared_ptr<stream_request>& q, cudaHostFn_t fn) {
     auto call = std::make_unique<std::shared_ptr<stream_request>>(q);
-    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_lane_end, call.get()), "cudaLaunchHostFunc",
+    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, fn, call.get()), "cudaLaunchHostFunc",
                {q->file->shown(), q->r.offset, q->r.n});
     call.release();
 }
@@ -383,13 +384,6 @@ void queue_chunk(cudaStream_t s, const std::shared_ptr<stream_request>& q, std::
     auto call = std::make_unique<chunk_call>(chunk_call{q, index});
     cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_chunk, call.get()), "cudaLaunchHostFunc",
                {q->file->shown(), q->r.offset + q->chunks[index].pos, q->chunks[index].len});
-    call.release();
-}
-
-void queue_completion(cudaStream_t s, const std::shared_ptr<stream_request>& q) {
-    auto call = std::make_unique<std::shared_ptr<stream_request>>(q);
-    cuda_check(FERRY_CUDA(cudaLaunchHostFunc, s, run_completion, call.get()), "cudaLaunchHostFunc",
-               {q->file->shown(), q->r.offset, q->r.n});
     call.release();
 }
 
@@ -454,7 +448,7 @@ std::future<std::size_t> file_impl::start_streamed(const request& r, stream_t s,
         q->jobs = std::make_unique<file_job[]>(1);
         try {
             queue_chunk(cs, q, 0);
-            queue_completion(cs, q);
+            queue_request_call(cs, q, run_completion);
         } catch (...) {
             drain(*q, {cs});  // a file side already under way ends before the error is out
             throw;
@@ -522,14 +516,14 @@ void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStrea
         }
         if (!ordered) {
             q->lanes_left = used;
-            for (std::size_t i = 0; i < used; ++i) queue_lane_end(lane(i).stream.get(), q);
+            for (std::size_t i = 0; i < used; ++i) queue_request_call(lane(i).stream.get(), q, run_lane_end);
             return;
         }
         for (std::size_t i = 0; i < used; ++i) {
             cuda_check(FERRY_CUDA(cudaEventRecord, lane(i).done.get(), lane(i).stream.get()), "cudaEventRecord (stream lane)", {location, r.offset, r.n});
             cuda_check(FERRY_CUDA(cudaStreamWaitEvent, cs, lane(i).done.get(), 0), "cudaStreamWaitEvent", {location, r.offset, r.n});
         }
-        queue_completion(cs, q);
+        queue_request_call(cs, q, run_completion);
     } catch (...) {
         drain(*q, streams);
         throw;
