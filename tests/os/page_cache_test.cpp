@@ -45,11 +45,14 @@ TEST(page_cache, residency_follows_what_was_read) {
     double cold = resident_fraction(f.fd, n);
     if (cold > 0.5) GTEST_SKIP() << "this file system keeps evicted pages (" << cold << " resident after DONTNEED)";
     EXPECT_LT(cold, 0.1);
-    ASSERT_EQ(read_range(f.fd, 0, n / 2), n / 2);  // the first half into the page cache
+    // The second half into the page cache: readahead, which can run megabytes past a read,
+    // stops at the end of the file (and is asked not to run at all).
+    ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_RANDOM);
+    ASSERT_EQ(read_range(f.fd, n / 2, n / 2), n / 2);
     double half = resident_fraction(f.fd, n);
     EXPECT_GT(half, 0.35);
     EXPECT_LT(half, 0.75);
-    ASSERT_EQ(read_range(f.fd, n / 2, n / 2), n / 2);
+    ASSERT_EQ(read_range(f.fd, 0, n / 2), n / 2);
     EXPECT_GT(resident_fraction(f.fd, n), 0.9);
     // A file of a few pages, and an empty one.
     const std::string small = dir / "s.bin";
