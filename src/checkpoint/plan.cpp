@@ -35,8 +35,85 @@ constexpr double remote_read_bandwidth = 2e9;
 
 }  // namespace
 
+namespace {
+
+// One bracket expression of an ASCII glob at p[i] ('['): whether it admits `c`, with i moved
+// past its ']'. False with i unchanged when the bracket never closes (then '[' is literal).
+bool bracket_admits(const std::string& p, std::size_t& i, unsigned char c, bool& closed) {
+    std::size_t j = i + 1;
+    bool negate = j < p.size() && (p[j] == '!' || p[j] == '^');
+    if (negate) ++j;
+    bool hit = false;
+    bool first = true;
+    while (j < p.size() && (first || p[j] != ']')) {
+        first = false;
+        unsigned char lo = static_cast<unsigned char>(p[j]);
+        unsigned char hi = lo;
+        if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+            hi = static_cast<unsigned char>(p[j + 2]);
+            j += 2;
+        }
+        if (lo <= c && c <= hi) hit = true;
+        ++j;
+    }
+    closed = j < p.size();
+    if (!closed) return false;
+    i = j + 1;
+    return hit != negate;
+}
+
+bool ascii(const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x80; });
+}
+
+}  // namespace
+
+// fnmatch(3) with no flags, for ASCII patterns and names: libc's fnmatch converts both to wide
+// characters in a UTF-8 locale (Python's), which made matching the slice rules against a large
+// checkpoint's names cost milliseconds. Anything else (escapes, character classes, other
+// bytes) is left to fnmatch.
 bool glob_match(const std::string& pattern, const std::string& name) {
-    return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    if (!ascii(pattern) || !ascii(name) || pattern.find("[:") != std::string::npos ||
+        pattern.find("[=") != std::string::npos || pattern.find("[.") != std::string::npos ||
+        pattern.find('\\') != std::string::npos)
+        return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    const std::string& p = pattern;
+    std::size_t i = 0, n = 0;
+    std::size_t star = std::string::npos, resume = 0;  // after the last '*': where to retry
+    while (n < name.size()) {
+        if (i < p.size()) {
+            const char c = p[i];
+            if (c == '*') {
+                star = ++i;
+                resume = n;
+                continue;
+            }
+            if (c == '?') {
+                ++i, ++n;
+                continue;
+            }
+            if (c == '[') {
+                std::size_t k = i;
+                bool closed = false;
+                if (bracket_admits(p, k, static_cast<unsigned char>(name[n]), closed)) {
+                    i = k, ++n;
+                    continue;
+                }
+                if (!closed && name[n] == '[') {  // an unclosed '[' is itself
+                    ++i, ++n;
+                    continue;
+                }
+            } else if (c == name[n]) {
+                ++i, ++n;
+                continue;
+            }
+        }
+        if (star == std::string::npos) return false;
+        i = star;  // the last '*' takes one more character
+        n = ++resume;
+    }
+    while (i < p.size() && p[i] == '*') ++i;
+    return i == p.size();
 }
 
 std::vector<std::size_t> select(const checkpoint& c, const tensor_selection& s) {
@@ -137,7 +214,8 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
         std::uint64_t inner = item;
         int dim = 0;
         std::int64_t start = 0, stop = t.shape.empty() ? 1 : t.shape[0];
-        if (const tensor_slice* s = slice_for(o, t.name)) {
+        const tensor_slice* const s = slice_for(o, t.name);
+        if (s) {
             dim = s->dim < 0 ? s->dim + static_cast<int>(t.shape.size()) : s->dim;
             if (dim < 0 || dim >= static_cast<int>(t.shape.size()))
                 throw checkpoint_error(file, t.name, "slice dimension " + std::to_string(s->dim) +
@@ -205,7 +283,7 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
             g.rows = 1;
             g.row_bytes = g.seg_bytes = len;
             p.route = read_route::whole;
-            p.reason = full ? (dim == 0 && t.shape.size() > 0 && slice_for(o, t.name) ? "slice covers the dimension" : "whole tensor")
+            p.reason = full ? (dim == 0 && t.shape.size() > 0 && s ? "slice covers the dimension" : "whole tensor")
                             : "slice along the outermost dimension: one byte range";
             if (p.convert) {
                 // Converted in pieces of whole elements: rows of one element.
