@@ -191,15 +191,19 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
 
     const shard_namer place(index_path);
     const bool remote = is_url(index_path);
-    std::map<std::string, std::string> placed;  // tensor -> shard file name, as the index says
+    // tensor -> shard file name, as the index says (its entries are unique JSON keys); the
+    // names point into the parsed index, which outlives these maps.
+    std::unordered_map<std::string_view, const std::string*> placed;
+    placed.reserve(wm->size());
     std::vector<std::string> names;             // shard file names, in first-use order
     std::map<std::string, std::string> first_tensor;  // shard file name -> a tensor placed there
     for (auto& [tensor, file] : wm->items()) {
         if (!file.is_string())
             throw checkpoint_error(index_path, tensor, "weight_map value is not a file name");
-        std::string f = file.get<std::string>();
+        const std::string& f = file.get_ref<const std::string&>();
+        placed[tensor] = &f;
+        if (first_tensor.count(f)) continue;  // a shard already checked
         if (std::string no = place.refuse(f); !no.empty()) throw checkpoint_error(index_path, tensor, no);
-        placed[tensor] = f;
         if (first_tensor.emplace(f, tensor).second) {
             std::error_code ec;
             if (!remote && !fs::is_regular_file(place(f), ec))
@@ -226,20 +230,24 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     }
     collect_tensors(c);
 
-    // The index and the headers must agree on every tensor's shard.
+    // The index and the headers must agree on every tensor's shard. The shards were read in
+    // the order of their sorted names, so shard i is names[i].
     for (const auto& t : c.tensors) {
         const std::string& shard = c.shards[t.shard].path;
         auto it = placed.find(t.name);
         if (it == placed.end())
             throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
-        if (place(it->second) != shard)
+        if (*it->second != names[t.shard])
             throw checkpoint_error(shard, t.name, "is in this shard but the index " + shown_index +
-                                                      " places it in " + it->second);
+                                                      " places it in " + *it->second);
     }
-    for (const auto& [tensor, file] : placed)
-        if (!c.find(tensor))
-            throw checkpoint_error(place(file), tensor,
-                                   "the index " + shown_index + " places it here but no shard holds it");
+    // Every tensor of the shards is in the index, each once: the index has more only when it
+    // names a tensor that no shard holds.
+    if (placed.size() != c.tensors.size())
+        for (const auto& [tensor, file] : placed)
+            if (!c.find(std::string(tensor)))
+                throw checkpoint_error(place(*file), std::string(tensor),
+                                       "the index " + shown_index + " places it here but no shard holds it");
     return c;
 }
 
