@@ -138,7 +138,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                            : static_cast<unsigned char*>(block.data()) + at[i];
     };
 
-    range_reader reader(c.shards);
+    range_reader reader(c.shards, o.where.on_gpu());
 
     // Completion bookkeeping: a tensor is complete when none of its requests or pieces is left.
     std::vector<std::uint64_t> left(n, 0);

@@ -18,7 +18,8 @@ constexpr std::size_t max_parallel_opens = 16;
 
 }  // namespace
 
-range_reader::range_reader(const std::vector<checkpoint_shard>& shards) {
+range_reader::range_reader(const std::vector<checkpoint_shard>& shards, bool to_gpu)
+    : to_gpu_(to_gpu), staged_(shards.size(), -1) {
     files_.resize(shards.size());
     auto open_one = [&](std::size_t i) {
         const checkpoint_shard& sh = shards[i];
@@ -58,12 +59,19 @@ range_reader::~range_reader() {
     }
 }
 
+bool range_reader::own_requests(std::size_t i) {
+    if (!to_gpu_) return false;
+    if (staged_.at(i) < 0) staged_[i] = detail::large_reads_staged(*files_.at(i)) ? 1 : 0;
+    return staged_[i] == 1;
+}
+
 void range_reader::start(range_batch& b, const std::vector<gather_request>& gathers) {
     try {
         std::vector<detail::gather> g;
         g.reserve(gathers.size());
         for (const auto& r : gathers) {
-            g.push_back({files_.at(r.file), r.offset, r.rows, r.pitch, r.width, r.dst, r.span});
+            g.push_back({files_.at(r.file), r.offset, r.rows, r.pitch, r.width, r.dst, r.span,
+                         r.rows == 1 && own_requests(r.file)});
             bytes_ += r.bytes_read();
             count_ += r.span ? 1 : r.rows;
         }

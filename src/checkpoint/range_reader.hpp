@@ -60,7 +60,11 @@ public:
     /// Opens the shards (remote ones side by side: each open is a round trip). Throws
     /// checkpoint_error when a remote shard's size or version is no longer what
     /// open_checkpoint saw.
-    explicit range_reader(const std::vector<checkpoint_shard>& shards);
+    /// With `to_gpu`, each shard's plain ranges go where the planner sends a large read of
+    /// it into GPU memory: asked once per shard, at its first request (the residency probe),
+    /// so that a shard mostly out of the page cache, or remote, is read by the workers' own
+    /// staged streams while a cached one rides the lanes with the rest of its batch.
+    explicit range_reader(const std::vector<checkpoint_shard>& shards, bool to_gpu = false);
     /// Closes the files. Batches must have been waited for (they wait on destruction).
     ~range_reader();
     /// Starts every request at once, each on its own (its wait() reports one error per
@@ -78,7 +82,12 @@ private:
     /// Starts one gather as its own request of `b`.
     void start(range_batch& b, const std::vector<gather_request>& gathers);
 
+    /// Whether shard i's plain ranges are requests of their own (see the constructor).
+    bool own_requests(std::size_t i);
+
     std::vector<std::shared_ptr<detail::file_impl>> files_;
+    bool to_gpu_ = false;
+    std::vector<signed char> staged_;  ///< per shard: -1 not asked yet, else the answer
     std::atomic<std::uint64_t> bytes_{0};
     std::atomic<std::size_t> count_{0};
 };

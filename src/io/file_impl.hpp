@@ -63,6 +63,11 @@ struct gather {
     std::uint64_t width = 0;
     void* memory = nullptr;
     bool span = false;
+    /// A plain range (one row) read as a request of its own, planned like any read, rather
+    /// than on the lanes with the rest of the gather: for a file the planner sends to staging
+    /// (mostly out of the page cache, or remote), where each worker's own stream keeps the
+    /// source busier.
+    bool own_request = false;
 };
 
 class file_impl : public std::enable_shared_from_this<file_impl> {

@@ -169,13 +169,49 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
         asked.push_back(g.file.get());
         cufile = cufile || goes_to_cufile(*g.file);
     }
-    if (!cufile) return start_gather(real, device);
-    std::vector<transfer> own;
-    for (const gather& g : real)
-        for (std::uint64_t r = 0; r < g.rows; ++r)
-            own.push_back({g.file, g.offset + r * g.pitch, static_cast<std::size_t>(g.width),
-                           static_cast<char*>(g.memory) + r * g.width});
-    return submit_batch(direction::read, own);
+    const bool any_own = std::any_of(real.begin(), real.end(), [](const gather& g) { return g.own_request && g.rows == 1; });
+    if (!cufile && !any_own) return start_gather(real, device);
+    if (cufile) {
+        std::vector<transfer> own;
+        for (const gather& g : real)
+            for (std::uint64_t r = 0; r < g.rows; ++r)
+                own.push_back({g.file, g.offset + r * g.pitch, static_cast<std::size_t>(g.width),
+                               static_cast<char*>(g.memory) + r * g.width});
+        return submit_batch(direction::read, own);
+    }
+    // Plain ranges asked to be requests of their own go through the planner; the rest stay one
+    // gather on the lanes. One future for both.
+    std::vector<gather> on_lanes;
+    std::vector<const gather*> own;
+    for (const gather& g : real) {
+        if (g.own_request && g.rows == 1) own.push_back(&g);
+        else on_lanes.push_back(g);
+    }
+    auto st = std::make_shared<batch_state>();
+    std::future<std::size_t> f = st->done.get_future();
+    st->remaining = own.size() + (on_lanes.empty() ? 0 : 1) + 1;
+    for (const gather* g : own) {
+        try {
+            request r = g->file->prepare(direction::read, g->memory, static_cast<std::size_t>(g->width), g->offset,
+                                         exactness::exact);
+            g->file->start(r, nullptr, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
+        } catch (...) {
+            st->one_done(0, std::current_exception());
+        }
+    }
+    if (!on_lanes.empty()) {
+        try {
+            start_gather(on_lanes, device, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
+        } catch (...) {
+            st->one_done(0, std::current_exception());
+        }
+    }
+    st->one_done(0, nullptr);
+    return f;
+}
+
+bool large_reads_staged(file_impl& f) {
+    return f.plan(memory_kind::device, std::size_t(1) << 30, direction::read).chosen.how == mover::staged;
 }
 
 }  // namespace ferry::detail

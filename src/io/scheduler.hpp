@@ -40,6 +40,13 @@ std::future<std::size_t> submit_batch(direction dir, const std::vector<transfer>
 /// end_of_file_error. Where the planner sends a large read of a file into GPU memory to cuFile
 /// (GPUDirect Storage, or FERRY_GDS=on), that file's rows go there, each its own request.
 /// Thread safe.
+/// Plain ranges marked own_request are requests of their own, planned like any read; where a
+/// start fails, the batch's future holds that error once the rest has ended.
 std::future<std::size_t> submit_gathers(const std::vector<gather>& batch);
+
+/// Whether the planner sends a large read of `f` into GPU memory to the workers' own staging
+/// (a file mostly out of the page cache, probed now; a remote source) rather than the lanes
+/// or cuFile: the test for gather::own_request.
+bool large_reads_staged(file_impl& f);
 
 }  // namespace ferry::detail

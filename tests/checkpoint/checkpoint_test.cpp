@@ -2,6 +2,9 @@
 // caller destinations, the memory budget, I/O errors mid-load, and saving.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 #include "ferry/safetensors.hpp"
+#include "ferry/stats.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
@@ -533,6 +537,61 @@ TEST(Checkpoint, LoadsIntoTheGpu) {
                     astype(dst.copy_to(placement::host()), dtype::float32), 0, 0);
         EXPECT_TRUE(same(find(l, "head").copy_to(placement::host()), s.get("head")));
     }
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Drops `path` from the page cache; false where the file system keeps the pages anyway.
+bool evict(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    off_t n = ::lseek(fd, 0, SEEK_END);
+    void* m = ::mmap(nullptr, static_cast<std::size_t>(n), PROT_READ, MAP_SHARED, fd, 0);
+    bool cold = false;
+    if (m != MAP_FAILED) {
+        std::vector<unsigned char> v((static_cast<std::size_t>(n) + 4095) / 4096);
+        if (::mincore(m, static_cast<std::size_t>(n), v.data()) == 0)
+            cold = std::count_if(v.begin(), v.end(), [](unsigned char c) { return c & 1; }) * 10 < static_cast<long>(v.size());
+        ::munmap(m, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return cold;
+}
+
+std::uint64_t moved_by(const io_stats& s, const char* mover) {
+    const route_stats* r = s.route("posix", mover);
+    return r ? r->read.bytes : 0;
+}
+
+TEST(Checkpoint, ColdShardsAreReadByTheWorkersStreamsCachedOnesByTheLanes) {
+    FERRY_REQUIRE_GPU();
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    for (const auto& sh : c.shards)
+        if (!evict(sh.path)) GTEST_SKIP() << "this file system keeps evicted pages: " << sh.path;
+    checkpoint_load_options o;
+    o.where = placement::cuda(0);
+    io_stats before = process_stats();
+    auto cold = load_checkpoint(c, o);
+    io_stats cold_moved = process_stats() - before;
+    for (const auto& t : s.all) EXPECT_TRUE(same(find(cold, t.name).copy_to(placement::host()), t.value)) << t.name;
+    // Every shard was cold: the planner took each plain range (whole tensors, runs of them).
+    EXPECT_EQ(moved_by(cold_moved, "staged"), cold.stats.bytes_read);
+    EXPECT_EQ(moved_by(cold_moved, "lanes"), 0u);
+
+    // Now cached: one gather per batch on the lanes.
+    before = process_stats();
+    auto hot = load_checkpoint(c, o);
+    io_stats hot_moved = process_stats() - before;
+    for (const auto& t : s.all) EXPECT_TRUE(same(find(hot, t.name).copy_to(placement::host()), t.value)) << t.name;
+    EXPECT_EQ(moved_by(hot_moved, "lanes"), hot.stats.bytes_read);
+    EXPECT_EQ(moved_by(hot_moved, "staged"), 0u);
 }
 
 }  // namespace
