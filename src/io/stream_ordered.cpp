@@ -260,8 +260,14 @@ struct stream_request {
             workers.submit([st, g = std::move(g), buffer = c.buffer] {
                 std::exception_ptr e;
                 try {
-                    for (const lane_read& rd : g)
-                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, {rd.file->shown_, rd.offset, rd.len});
+                    io_context where;  // one copy of each file's name, not one per read
+                    const file_impl* named = nullptr;
+                    for (const lane_read& rd : g) {
+                        if (rd.file != named) where.path = rd.file->shown_, named = rd.file;
+                        where.offset = rd.offset;
+                        where.length = rd.len;
+                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, where);
+                    }
                 } catch (...) {
                     e = std::current_exception();
                 }
