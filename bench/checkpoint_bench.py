@@ -192,12 +192,12 @@ def worker(kind, folder, repeat):
                 dt = time.perf_counter() - t0
                 # torch's allocator sees its own peak; ferry's device temporaries come from
                 # its stats (a load into existing tensors of the file's dtype needs none).
-                return {"seconds": dt, "bytes": r.stats["bytes_read"],
+                return {"seconds": dt, "bytes": r.stats["bytes_read"], "library_s": r.stats["seconds"],
                         "peak_extra_device": torch.cuda.max_memory_allocated() - base
                         + r.stats["device_temp_bytes"],
                         "peak_temp": r.stats["peak_temp_bytes"]}
             out = ferry.load_checkpoint(folder, device="cuda", like="torch")
-            extra = {"bytes": out.stats["bytes_read"]}
+            extra = {"bytes": out.stats["bytes_read"], "library_s": out.stats["seconds"]}
         elif kind == "tp":
             rules = ferry.tensor_parallel(0, 2, column=COLUMN, row=ROW)
             out = ferry.load_checkpoint(folder, device="cuda", like="torch", slices=rules)
@@ -296,7 +296,7 @@ def main():
     if "bytes" in tp and "seconds" in R.get("ferry", {}):
         print("%-42s %9.1f%% %10s" % ("tp half: bytes read", 100 * tp["bytes"] / total, "<= 55%"))
         print("%-42s %9.2fx %10s" % ("tp half: time vs whole", tp["seconds"] / R["ferry"]["seconds"], "<= 0.6"))
-    for k in ("ferry", "tp"):
+    for k in ("ferry", "dict", "into", "tp"):
         r = R.get(k, {})
         if "library_s" in r:  # the C++ load against the whole Python call
             print("%-42s %8.1fms %8.1fms" % (k + ": load in the library / whole call", r["library_s"] * 1e3,

@@ -246,23 +246,24 @@ void bind_array(nb::module_& m) {
 
     m.def(
         "as_arrays",
-        [](nb::list objs, bool writable) {
+        [](nb::list objs, bool writable, bool producer_synced) {
             std::vector<foreign_memory> mems;
             std::vector<array> out;
             mems.reserve(nb::len(objs));
             out.reserve(nb::len(objs));
             for (nb::handle obj : objs) {
-                mems.push_back(import_memory(obj, writable));
+                mems.push_back(import_memory(obj, writable, producer_synced));
                 out.push_back(as_array(mems.back()));
             }
             nb::gil_scoped_release nogil;
             wait_for_producers(mems);
             return out;
         },
-        "objs"_a, "writable"_a = false,
+        "objs"_a, "writable"_a = false, "producer_synced"_a = false,
         "as_array for many objects at once, waiting once per device for their producers' work\n"
         "instead of once per object. `writable`: the views will be written (read-only memory is\n"
-        "refused).");
+        "refused). `producer_synced`: the caller already waited for the producers' GPU work\n"
+        "(DLPack exports are asked for no stream work, and none is waited for).");
 }
 
 }  // namespace ferry::python

@@ -39,7 +39,8 @@ struct foreign_memory {
 /// Reads the memory description of `obj`. `writable`: the memory will be written (a read from
 /// a file lands in it), so read-only memory is refused. Throws usage_error for memory that is
 /// not contiguous, TypeError (nb::type_error) for objects that expose no memory.
-foreign_memory import_memory(nb::handle obj, bool writable);
+/// `producer_synced`: the caller waited for the producer's GPU work (see from_dlpack).
+foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced = false);
 
 /// A ferry::array view of `m` (which must have a known type and be contiguous); `type`
 /// overrides the element type.

@@ -96,7 +96,7 @@ std::shared_ptr<const void> hold_python(nb::object o) {
     });
 }
 
-foreign_memory import_memory(nb::handle obj, bool writable) {
+foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced) {
     if (nb::isinstance<array>(obj)) {
         const array& a = nb::cast<const array&>(obj);
         foreign_memory m;
@@ -123,7 +123,7 @@ foreign_memory import_memory(nb::handle obj, bool writable) {
     // DLPack names the device and every dtype (bfloat16, float8), so it goes first.
     if (has_dlpack) {
         try {
-            return from_dlpack(obj, writable);
+            return from_dlpack(obj, writable, producer_synced);
         } catch (nb::python_error& e) {
             if (!has_cai || !e.matches(PyExc_BufferError)) throw;
         }

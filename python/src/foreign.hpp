@@ -13,8 +13,9 @@ namespace ferry::python {
 
 /// The buffer protocol (numpy, bytearray, mmap). Throws nb::python_error when refused.
 foreign_memory from_buffer(nb::handle obj, bool writable);
-/// DLPack (__dlpack__ and __dlpack_device__).
-foreign_memory from_dlpack(nb::handle obj, bool writable);
+/// DLPack (__dlpack__ and __dlpack_device__). `producer_synced`: the caller already waited for
+/// the producer's GPU work, so it is asked for none (stream -1) and none is waited for.
+foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced = false);
 /// The CUDA array interface (__cuda_array_interface__).
 foreign_memory from_cuda_array_interface(nb::handle obj, bool writable);
 

@@ -62,7 +62,7 @@ std::optional<dtype> type_from_dlpack(const dlpack::DLDataType& t) {
 
 }  // namespace
 
-foreign_memory from_dlpack(nb::handle obj, bool writable) {
+foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced) {
     using namespace nb::literals;
     nb::object dev = obj.attr("__dlpack_device__")();
     int dev_type = nb::cast<int>(dev[0]);
@@ -70,7 +70,9 @@ foreign_memory from_dlpack(nb::handle obj, bool writable) {
     bool on_gpu = dev_type == dlpack::kDLCUDA || dev_type == dlpack::kDLCUDAManaged;
     // For a GPU producer, stream 1 (CUDA's legacy default stream) asks it to make its pending
     // work on the memory visible there; ferry then orders its access on that stream.
-    nb::object stream_arg = on_gpu ? nb::object(nb::int_(1)) : nb::none();
+    // Stream -1: the caller synchronized with the producer, which then does no stream work
+    // (PyTorch's export builds stream and event objects for any other stream).
+    nb::object stream_arg = on_gpu ? nb::object(nb::int_(producer_synced ? -1 : 1)) : nb::none();
     nb::object cap;
     try {
         cap = obj.attr("__dlpack__")("stream"_a = stream_arg, "max_version"_a = nb::make_tuple(1, 1));
@@ -109,7 +111,7 @@ foreign_memory from_dlpack(nb::handle obj, bool writable) {
             throw nb::type_error(("ferry cannot reach memory on DLPack device type " +
                                   std::to_string(dev_type)).c_str());
     }
-    if (on_gpu) m.stream = nullptr;
+    if (on_gpu && !producer_synced) m.stream = nullptr;
     m.owner = hold_python(std::move(cap));
     return m;
 }

@@ -363,6 +363,15 @@ def test_gpu_load_like_torch_and_into_module(tmp_path, torch):
     assert not r.missing_keys
     for k, v in model.state_dict().items():
         assert torch.equal(dst.state_dict()[k].cpu(), v)
+    # Work still queued on the parameters (behind a sleeping kernel) ends before any byte of the
+    # load lands: the load's bytes are what remains.
+    with torch.no_grad():
+        torch.cuda._sleep(50_000_000)
+        for p in dst.parameters():
+            p.fill_(7)
+    ferry.load_checkpoint(folder, into=dst)
+    for k, v in model.state_dict().items():
+        assert torch.equal(dst.state_dict()[k].cpu(), v), k
     for route in ("segments", "span"):
         half = ferry.load_checkpoint(folder, device="cuda", like="torch", route=route,
                                      slices={"0.weight": (1, 32, 64), "1.weight": ferry.split(0, 2, 1)},
