@@ -159,3 +159,29 @@ def test_cold_sweep_and_numa_probe_measure_every_config(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     rates = json.loads(out.read_text())["rates"]
     assert rates and all(len(v) == 2 and min(v) > 0 for v in rates.values()), rates
+
+
+def test_tp_breakdown_measures_every_case(tmp_path):
+    # A checkpoint with checkpoint_bench's names and shapes (small), loaded in host memory: each
+    # case is measured, halves read about half, and forced routes show in the plan.
+    sys.path.insert(0, BENCH)
+    from checkpoint_bench import shapes
+    import numpy as np
+    import ferry
+
+    folder = tmp_path / "ck"
+    ferry.save_checkpoint(str(folder), {n: np.ones(s, dtype=np.float16) for n, s in shapes(8 << 20, 2)},
+                          max_shard_size="2MB")
+    out = tmp_path / "tp.json"
+    r = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--rounds", "2",
+             "--json", str(out)], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tp vs whole" in r.stdout
+    cases = json.loads(out.read_text())["cases"]
+    assert set(cases) == {"whole", "col", "row", "tp", "row_span", "tp_seg"}
+    whole = cases["whole"]["bytes"]
+    assert 0.45 * whole < cases["tp_seg"]["bytes"] <= cases["tp"]["bytes"] < 0.6 * whole
+    assert cases["row_span"]["routes"].get("segments", 0) == 0 and cases["row_span"]["routes"]["span"] > 0
+    assert cases["tp_seg"]["routes"].get("span", 0) == 0 and cases["tp_seg"]["routes"]["segments"] > 0
+    bad = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--cases", "nope"])
+    assert bad.returncode != 0 and "unknown case 'nope'" in bad.stderr
