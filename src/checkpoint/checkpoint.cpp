@@ -202,15 +202,13 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
             throw checkpoint_error(index_path, tensor, "weight_map value is not a file name");
         const std::string& f = file.get_ref<const std::string&>();
         placed[tensor] = &f;
-        if (first_tensor.count(f)) continue;  // a shard already checked
+        if (!first_tensor.emplace(f, tensor).second) continue;  // a shard already checked
         if (std::string no = place.refuse(f); !no.empty()) throw checkpoint_error(index_path, tensor, no);
-        if (first_tensor.emplace(f, tensor).second) {
-            std::error_code ec;
-            if (!remote && !fs::is_regular_file(place(f), ec))
-                throw checkpoint_error(index_path, tensor,
-                                       "the index places it in shard " + place(f) + ", which does not exist");
-            names.push_back(f);
-        }
+        std::error_code ec;
+        if (!remote && !fs::is_regular_file(place(f), ec))
+            throw checkpoint_error(index_path, tensor,
+                                   "the index places it in shard " + place(f) + ", which does not exist");
+        names.push_back(f);
     }
     std::sort(names.begin(), names.end());
     std::vector<std::string> paths;

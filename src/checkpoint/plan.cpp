@@ -33,10 +33,6 @@ constexpr double read_bandwidth = 20e9;
 constexpr double remote_request_cost_s = 10e-3 / 16;
 constexpr double remote_read_bandwidth = 2e9;
 
-}  // namespace
-
-namespace {
-
 // One bracket expression of an ASCII glob at p[i] ('['): whether it admits `c`, with i moved
 // past its ']'. False with i unchanged when the bracket never closes (then '[' is literal).
 bool bracket_admits(const std::string& p, std::size_t& i, unsigned char c, bool& closed) {

@@ -29,6 +29,19 @@ struct batch_state {
     }
 };
 
+// Starts one range as a request of its own, planned and split like any; its outcome counts
+// towards `st`, also when it cannot start.
+void start_planned(const std::shared_ptr<batch_state>& st, direction dir, const std::shared_ptr<file_impl>& file,
+                   void* memory, std::size_t length, std::uint64_t offset) {
+    try {
+        if (!file) throw usage_error("a transfer of the batch has no file");
+        request r = file->prepare(dir, memory, length, offset, exactness::exact);
+        file->start(r, nullptr, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
+    } catch (...) {
+        st->one_done(0, std::current_exception());
+    }
+}
+
 // Host rows are read in groups of about this many bytes, one group a task: small rows (row
 // segments of a sliced tensor) would cost more in hand-offs than in reads one task each.
 constexpr std::uint64_t host_group_bytes = 4 << 20;
@@ -84,15 +97,9 @@ std::future<std::size_t> submit_host_gathers(const std::vector<gather>& batch) {
     for (const host_rows& h : tasks) {
         host_rows mine{&(*extents)[static_cast<std::size_t>(h.g - batch.data())], h.r0, h.r1};
         const std::uint64_t bytes = (h.r1 - h.r0) * mine.g->width;
-        if (mine.g->rows == 1) {
-            // A plain range: planned and split like any request.
-            try {
-                request r = mine.g->file->prepare(direction::read, mine.g->memory, static_cast<std::size_t>(mine.g->width),
-                                                  mine.g->offset, exactness::exact);
-                mine.g->file->start(r, nullptr, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
-            } catch (...) {
-                st->one_done(0, std::current_exception());
-            }
+        if (mine.g->rows == 1) {  // a plain range: planned and split like any request
+            start_planned(st, direction::read, mine.g->file, mine.g->memory, static_cast<std::size_t>(mine.g->width),
+                          mine.g->offset);
             continue;
         }
         pool->submit([st, extents, mine, bytes] {
@@ -123,15 +130,7 @@ std::future<std::size_t> submit_batch(direction dir, const std::vector<transfer>
     std::future<std::size_t> f = st->done.get_future();
     // One extra count held while starting, so the batch cannot end before every range started.
     st->remaining = batch.size() + 1;
-    for (const transfer& t : batch) {
-        try {
-            if (!t.file) throw usage_error("a transfer of the batch has no file");
-            request r = t.file->prepare(dir, t.memory, t.length, t.offset, exactness::exact);
-            t.file->start(r, nullptr, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
-        } catch (...) {
-            st->one_done(0, std::current_exception());
-        }
-    }
+    for (const transfer& t : batch) start_planned(st, dir, t.file, t.memory, t.length, t.offset);
     st->one_done(0, nullptr);
     return f;
 }
@@ -169,42 +168,29 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
         asked.push_back(g.file.get());
         cufile = cufile || goes_to_cufile(*g.file);
     }
-    const bool any_own = std::any_of(real.begin(), real.end(), [](const gather& g) { return g.own_request && g.rows == 1; });
-    if (!cufile && !any_own) return start_gather(real, device);
-    if (cufile) {
-        std::vector<transfer> own;
-        for (const gather& g : real)
-            for (std::uint64_t r = 0; r < g.rows; ++r)
-                own.push_back({g.file, g.offset + r * g.pitch, static_cast<std::size_t>(g.width),
-                               static_cast<char*>(g.memory) + r * g.width});
-        return submit_batch(direction::read, own);
-    }
-    // Plain ranges asked to be requests of their own go through the planner; the rest stay one
-    // gather on the lanes. One future for both.
+    // Requests of their own, through the planner: every row where cuFile takes a file, else the
+    // plain ranges marked own_request. The rest stay one gather on the lanes; one future for all.
+    std::vector<transfer> own;
     std::vector<gather> on_lanes;
-    std::vector<const gather*> own;
     for (const gather& g : real) {
-        if (g.own_request && g.rows == 1) own.push_back(&g);
-        else on_lanes.push_back(g);
+        if (!cufile && !(g.own_request && g.rows == 1)) {
+            on_lanes.push_back(g);
+            continue;
+        }
+        for (std::uint64_t r = 0; r < g.rows; ++r)
+            own.push_back({g.file, g.offset + r * g.pitch, static_cast<std::size_t>(g.width),
+                           static_cast<char*>(g.memory) + r * g.width});
     }
+    if (own.empty()) return start_gather(on_lanes, device);
+    if (on_lanes.empty()) return submit_batch(direction::read, own);
     auto st = std::make_shared<batch_state>();
     std::future<std::size_t> f = st->done.get_future();
-    st->remaining = own.size() + (on_lanes.empty() ? 0 : 1) + 1;
-    for (const gather* g : own) {
-        try {
-            request r = g->file->prepare(direction::read, g->memory, static_cast<std::size_t>(g->width), g->offset,
-                                         exactness::exact);
-            g->file->start(r, nullptr, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
-        } catch (...) {
-            st->one_done(0, std::current_exception());
-        }
-    }
-    if (!on_lanes.empty()) {
-        try {
-            start_gather(on_lanes, device, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
-        } catch (...) {
-            st->one_done(0, std::current_exception());
-        }
+    st->remaining = own.size() + 2;  // and the lanes' gather, and the count held while starting
+    for (const transfer& t : own) start_planned(st, direction::read, t.file, t.memory, t.length, t.offset);
+    try {
+        start_gather(on_lanes, device, [st](std::size_t n, std::exception_ptr e) { st->one_done(n, e); });
+    } catch (...) {
+        st->one_done(0, std::current_exception());
     }
     st->one_done(0, nullptr);
     return f;
