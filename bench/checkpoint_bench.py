@@ -37,7 +37,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import evict as drop_caches, parse_size, placement, warm  # noqa: E402
+from bench_common import (  # noqa: E402
+    evict as drop_caches,
+    gpu_numa_nodes,
+    numa_nodes,
+    parse_size,
+    placement,
+    warm,
+)
 
 
 def shapes(size, layers):
@@ -306,7 +313,6 @@ def main():
         print("%-42s %8.1fms %10s" % ("first call: time to first read", first.get("first_read_s", 0) * 1e3, "< 100ms"))
         print("%-42s %9.3fs" % ("first call: whole load", first.get("seconds", 0)))
     print("\nGB/s: " + ", ".join("%s %.1f" % (k, gbps(k)) for k in R if gbps(k)))
-    from bench_common import gpu_numa_nodes, numa_nodes
     if len(numa_nodes()) > 1:  # each worker's CPU and NUMA node, against the GPU's
         print("NUMA node of each worker (GPU on %s): " % (",".join(map(str, gpu_numa_nodes())) or "?")
               + ", ".join("%s %s" % (k, R[k].get("placement", {}).get("node")) for k in R))
