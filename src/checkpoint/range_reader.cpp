@@ -19,7 +19,7 @@ constexpr std::size_t max_parallel_opens = 16;
 }  // namespace
 
 range_reader::range_reader(const std::vector<checkpoint_shard>& shards, bool to_gpu)
-    : to_gpu_(to_gpu), staged_(shards.size(), -1) {
+    : to_gpu_(to_gpu), staged_(shards.size()) {
     files_.resize(shards.size());
     auto open_one = [&](std::size_t i) {
         const checkpoint_shard& sh = shards[i];
@@ -61,8 +61,9 @@ range_reader::~range_reader() {
 
 bool range_reader::own_requests(std::size_t i) {
     if (!to_gpu_) return false;
-    if (staged_.at(i) < 0) staged_[i] = detail::large_reads_staged(*files_.at(i)) ? 1 : 0;
-    return staged_[i] == 1;
+    std::optional<bool>& staged = staged_.at(i);
+    if (!staged) staged = detail::large_reads_staged(*files_.at(i));
+    return *staged;
 }
 
 void range_reader::start(range_batch& b, const std::vector<gather_request>& gathers) {

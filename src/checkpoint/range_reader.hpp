@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,7 @@ private:
 
     std::vector<std::shared_ptr<detail::file_impl>> files_;
     bool to_gpu_ = false;
-    std::vector<signed char> staged_;  ///< per shard: -1 not asked yet, else the answer
+    std::vector<std::optional<bool>> staged_;  ///< per shard, once asked
     std::atomic<std::uint64_t> bytes_{0};
     std::atomic<std::size_t> count_{0};
 };
