@@ -6,10 +6,9 @@
 #include <exception>
 #include <string>
 
+#include "os/worker_thread.hpp"
+
 namespace ferry::detail {
-namespace {
-thread_local int current_worker = -1;
-}
 
 thread_pool::thread_pool(std::size_t threads) {
     workers_.reserve(threads);
@@ -37,7 +36,7 @@ void thread_pool::submit(std::function<void()> task) {
     wake_.notify_one();
 }
 
-int thread_pool::worker_index() noexcept { return current_worker; }
+int thread_pool::worker_index() noexcept { return worker_thread_index(); }
 
 std::size_t thread_pool::pending() const {
     std::lock_guard lock(mutex_);
@@ -45,7 +44,7 @@ std::size_t thread_pool::pending() const {
 }
 
 void thread_pool::run(int index) {
-    current_worker = index;
+    mark_worker_thread(index);
     std::unique_lock lock(mutex_);
     for (;;) {
         wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

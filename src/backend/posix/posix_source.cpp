@@ -4,10 +4,14 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
 
+#include "log.hpp"
 #include "os/page_cache.hpp"
 #include "os/posix_io.hpp"
+#include "os/reopen.hpp"
 #include "os/sys.hpp"
+#include "os/worker_thread.hpp"
 #include "shim/cufile.hpp"
 
 namespace ferry::detail {
@@ -25,10 +29,25 @@ int open_flags(open_mode m) {
 
 bool write_only(open_mode m) { return m == open_mode::write || m == open_mode::append_write; }
 
+// Reads up to this size take the worker's own descriptor. The contention measured is per call;
+// a larger read spends its time copying, and the shared descriptor costs it nothing.
+constexpr std::size_t small_read = 64 << 10;
+
+constexpr int fd_untried = -1;
+constexpr int fd_refused = -2;
+
 }  // namespace
 
 posix_source::posix_source(const std::string& path, open_mode mode, const settings& s)
-    : path_(path), mode_(mode), cufile_library_(s.cufile_library), direct_io_on_(s.direct_io == direct_io_mode::on) {
+    : path_(path),
+      mode_(mode),
+      cufile_library_(s.cufile_library),
+      direct_io_on_(s.direct_io == direct_io_mode::on),
+      log_(s.log) {
+    // A file open for writing too keeps one descriptor, so that its reads see its writes by
+    // construction on every file system.
+    const int first = mode == open_mode::read ? fd_untried : fd_refused;
+    for (auto& w : worker_fds_) w.store(first, std::memory_order_relaxed);
     // O_NONBLOCK so that opening a FIFO by mistake fails below instead of hanging here.
     fd_ = owned_fd(sys::open(path.c_str(), open_flags(mode) | O_NONBLOCK, 0666));
     if (!fd_) throw system_error(errno, "cannot open", {path});
@@ -55,6 +74,7 @@ posix_source::posix_source(const std::string& path, open_mode mode, const settin
 posix_source::~posix_source() {
     // The cuFile handle goes before the descriptor it registered.
     cufile_.reset();
+    close_worker_fds();
     direct_.reset();
 }
 
@@ -67,8 +87,46 @@ source_traits posix_source::traits() const noexcept {
 std::uint64_t posix_source::size() { return file_size(fd_.get(), path_); }
 
 void posix_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) {
-    std::size_t got = pread_full(fd_.get(), dst, n, offset, where);
+    std::size_t got = pread_full(read_fd(n), dst, n, offset, where);
     if (got != n) throw end_of_file_error(where, offset + got);
+}
+
+int posix_source::read_fd(std::size_t n) {
+    const int w = worker_thread_index();
+    if (n > small_read || w < 0 || w >= static_cast<int>(worker_fds_.size())) return fd_.get();
+    std::atomic<int>& slot = worker_fds_[static_cast<std::size_t>(w)];
+    int fd = slot.load(std::memory_order_acquire);
+    if (fd >= 0) return fd;
+    if (fd == fd_refused) return fd_.get();
+    const char* why = nullptr;
+    int mine = reopen_for_reading(fd_.get(), &why);
+    if (mine < 0) {
+        // Refused for good, the cap included: this worker reads this file as every thread did
+        // before, and asks the kernel nothing more on later reads.
+        int e = errno;
+        mine = fd_refused;
+        if (log_level::debug <= log_ && !fallback_logged_.exchange(true)) {
+            settings s;
+            s.log = log_;
+            log(log_level::debug, s,
+                path_ + ": worker " + std::to_string(w) + " reads through the shared descriptor: " + why +
+                    (e ? std::string(" (") + std::strerror(e) + ")" : std::string()));
+        }
+    }
+    // Workers of two pools may share an index: the first descriptor stored is the slot's.
+    int expected = fd_untried;
+    if (!slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
+        if (mine >= 0) close_reopened(mine);
+        return expected >= 0 ? expected : fd_.get();
+    }
+    return mine >= 0 ? mine : fd_.get();
+}
+
+void posix_source::close_worker_fds() noexcept {
+    for (auto& w : worker_fds_) {
+        int fd = w.exchange(fd_refused, std::memory_order_acq_rel);
+        if (fd >= 0) close_reopened(fd);
+    }
 }
 
 void posix_source::write(const char* src, std::size_t n, std::uint64_t offset, const io_context& where) {
@@ -86,6 +144,8 @@ void posix_source::truncate(std::uint64_t size) {
 
 void posix_source::close() {
     cufile_.reset();
+    // Read-only descriptors: their close loses nothing, so only the shared one's error counts.
+    close_worker_fds();
     int e1 = direct_ ? direct_->close_descriptor() : 0;
     int e2 = fd_.close();
     if (e2) throw system_error(e2, "close failed", {path_});

@@ -2,10 +2,18 @@
 // registry opens for plain paths and file:// locations. It also offers the local file's two
 // alternatives, opened on first ask and owned here: "direct" (O_DIRECT reads) and "cufile"
 // (cuFile DMA to and from GPU memory).
+//
+// Small reads on the engine's workers each go through that worker's own descriptor of the file
+// (os/reopen.hpp): preads of 1.5-5.4 KiB from 16 workers on one descriptor took 1.8-3.4x the
+// wall time per read of a descriptor per thread on the H200 machine (ferry_pread_contention), the
+// shared struct file being one contended cache line. Larger reads, other threads, and a worker
+// that cannot have its own descriptor use the shared one.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,12 +52,21 @@ public:
 private:
     direct_source* direct(unavailable_reason& why);
     cufile_source* cufile(unavailable_reason& why);
+    /// The descriptor a read of `n` bytes on the calling thread goes through.
+    int read_fd(std::size_t n);
+    void close_worker_fds() noexcept;
 
     std::string path_;
     open_mode mode_;
     std::string cufile_library_;
     bool direct_io_on_;  ///< FERRY_DIRECT_IO=on: cuFile gets the O_DIRECT descriptor too
     owned_fd fd_;
+    log_level log_;
+
+    /// Per worker index: its own descriptor of the file, not tried yet (-1) or not to be had
+    /// (-2: refused, or the file is open for writing too). Workers past the last share fd_.
+    std::array<std::atomic<int>, 64> worker_fds_;
+    std::atomic<bool> fallback_logged_{false};
 
     std::mutex direct_mutex_;
     bool direct_tried_ = false;
