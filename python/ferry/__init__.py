@@ -51,6 +51,43 @@ from ._settings import Settings, settings
 Array = _ferry.Array
 File = _ferry.File
 Future = _ferry.Future
+RegisteredFile = _ferry.RegisteredFile
+
+
+def register_file(path) -> RegisteredFile:
+    """Keeps a local file registered with CUDA, for a file loaded into GPU memory again and
+    again (a server switching between models); returns a :class:`RegisteredFile`, a context
+    manager.
+
+    The file is mapped read-only and its page-cache pages are pinned once. While the
+    registration lives, every read of the file into GPU memory by this process (``fromfile``,
+    ``load``, ``load_checkpoint``, ``File.read``) is one DMA from those pages, without the
+    staging copy: at the host-to-device copy rate. The pages stay locked in memory meanwhile,
+    counted against :func:`registration_limit` (half the machine's memory unless
+    :func:`set_registration_limit` says otherwise). A read after the file changed (size or
+    modification time) takes its usual route, and ``ferry.doctor``/the plan's reasons say so.
+
+    >>> with ferry.register_file("weights.bin"):                        # doctest: +SKIP
+    ...     for _ in range(3):
+    ...         w = ferry.fromfile("weights.bin", dtype="float32", device="cuda")
+    """
+    return _ferry.RegisteredFile(path)
+
+
+def set_registration_limit(nbytes) -> None:
+    """Caps the bytes all registrations of the process hold (0: the default, half the
+    machine's memory)."""
+    _ferry.set_registration_limit(int(nbytes))
+
+
+def registration_limit() -> int:
+    """The cap on registered bytes (see :func:`register_file`)."""
+    return _ferry.registration_limit()
+
+
+def registered_bytes() -> int:
+    """The bytes registered now (see :func:`register_file`)."""
+    return _ferry.registered_bytes()
 
 
 def read_batch(pieces) -> Future:
@@ -124,6 +161,11 @@ __all__ = [
     "info",
     "load",
     "read_batch",
+    "register_file",
+    "RegisteredFile",
+    "registered_bytes",
+    "registration_limit",
+    "set_registration_limit",
     "reset_stats",
     "save",
     "settings",

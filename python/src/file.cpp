@@ -17,6 +17,7 @@
 #include "bind.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
+#include "ferry/registered_file.hpp"
 
 namespace ferry::python {
 
@@ -338,6 +339,42 @@ void bind_file(nb::module_& m) {
         "many files share the stream lanes' buffers, so many small pieces cost about what one\n"
         "large read does. All buffers host memory, or GPU memory of one device. Work queued on\n"
         "a buffer's producer stream is waited for first.");
+}
+
+}  // namespace ferry::python
+
+namespace ferry::python {
+
+void bind_registration(nb::module_& m) {
+    nb::class_<registered_file>(m, "RegisteredFile",
+                                "A local file kept registered with CUDA: while it lives, reads of\n"
+                                "the file into GPU memory, by any ferry call of the process, are a\n"
+                                "DMA straight from its pinned page-cache pages. See\n"
+                                "ferry.register_file.")
+        .def(
+            "__init__",
+            [](registered_file* self, const std::filesystem::path& path) {
+                std::string p = path.string();
+                nb::gil_scoped_release nogil;
+                new (self) registered_file(p);
+            },
+            "path"_a)
+        .def_prop_ro("path", [](const registered_file& r) { return r.path(); })
+        .def_prop_ro("size", [](const registered_file& r) { return r.size(); }, "The bytes registered.")
+        .def_prop_ro("seconds", [](const registered_file& r) { return r.seconds(); },
+                     "How long registering the file took.")
+        .def_prop_ro("closed", [](const registered_file& r) { return r.size() == 0; })
+        .def("close", &registered_file::close,
+             "Gives the registration up (files open on it keep it until they close).")
+        .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+        .def("__exit__", [](registered_file& r, nb::args) { r.close(); })
+        .def("__repr__", [](const registered_file& r) {
+            return r.size() ? "<ferry.RegisteredFile " + r.path() + ", " + std::to_string(r.size()) + " bytes>"
+                            : std::string("<ferry.RegisteredFile closed>");
+        });
+    m.def("set_registration_limit", &set_registration_limit, "bytes"_a);
+    m.def("registration_limit", &registration_limit);
+    m.def("registered_bytes", &registered_bytes);
 }
 
 }  // namespace ferry::python

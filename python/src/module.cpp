@@ -254,6 +254,7 @@ void bind_runtime(nb::module_& m) {
 
 namespace ferry::python {
 void bind_distributed(nb::module_& m);  // distributed.cpp
+void bind_registration(nb::module_& m);  // file.cpp
 }  // namespace ferry::python
 
 NB_MODULE(_ferry, m) {
@@ -261,6 +262,7 @@ NB_MODULE(_ferry, m) {
     ferry::python::bind_errors(m);
     ferry::python::bind_array(m);
     ferry::python::bind_file(m);
+    ferry::python::bind_registration(m);
     ferry::python::bind_formats(m);
     ferry::python::bind_checkpoint(m);
     ferry::python::bind_distributed(m);

@@ -252,3 +252,83 @@ def test_without_cupy_returns_ferry_array(gpu, data, monkeypatch):
     assert isinstance(x, ferry.Array) and x.device == "cuda:0"
     assert x.__dlpack_device__() == (2, 0)
     np.testing.assert_array_equal(np.from_dlpack(x.to_device("cpu")), a)
+
+
+def _routes():
+    return {(r["source"], r["mover"]): r["read"]["bytes"] for r in ferry.stats().get("routes", [])}
+
+
+def test_a_registered_file_is_read_by_dma_from_its_pages(cupy, torch, tmp_path):
+    # Registered once, every read of the file into GPU memory (fromfile, load of .npy and
+    # safetensors, checkpoints) comes from its pinned page-cache pages; byte-exact.
+    p = tmp_path / "x.bin"
+    a = np.random.default_rng(3).integers(0, 255, size=(24 << 20) + 77, dtype=np.uint8)
+    a.tofile(p)
+    held = ferry.registered_bytes()
+    with ferry.register_file(p) as reg:
+        assert reg.size == a.nbytes and reg.seconds > 0 and not reg.closed
+        assert ferry.registered_bytes() == held + a.nbytes
+        ferry.reset_stats()
+        for _ in range(2):
+            x = ferry.fromfile(p, np.uint8, device="cuda")
+            assert np.array_equal(cupy.asnumpy(x), a)
+        assert _routes().get(("registered", "device-dma")) == 2 * a.nbytes, _routes()
+        assert ("posix", "lanes") not in _routes()
+        y = ferry.fromfile(p, np.uint8, device="cuda", offset=4099, count=1000)
+        assert np.array_equal(cupy.asnumpy(y), a[4099:5099])
+        # Host memory is not what a registration is for: the usual route.
+        z = ferry.fromfile(p, np.uint8)
+        assert np.array_equal(z, a)
+    assert reg.closed and ferry.registered_bytes() == held
+
+    t = {"w": torch.arange(1 << 20, dtype=torch.float32).reshape(1024, 1024),
+         "b": torch.ones(77, dtype=torch.bfloat16)}
+    st = tmp_path / "m.safetensors"
+    import safetensors.torch as stt
+    stt.save_file(t, str(st))
+    with ferry.register_file(st):
+        ferry.reset_stats()
+        got = ferry.load(st, device="cuda", like="torch")
+        for k, v in t.items():
+            assert torch.equal(got[k].cpu(), v), k
+        assert _routes().get(("registered", "device-dma"), 0) > 0, _routes()
+        ferry.reset_stats()
+        ck = ferry.load_checkpoint(st, device="cuda", like="torch")
+        assert torch.equal(ck["w"].cpu(), t["w"])
+        assert _routes().get(("registered", "device-dma"), 0) > 0, _routes()
+
+
+def test_a_registered_file_changed_since_is_read_the_usual_way(cupy, tmp_path):
+    p = tmp_path / "x.bin"
+    a = np.arange(1 << 20, dtype=np.float32)
+    a.tofile(p)
+    with ferry.register_file(p):
+        b = a.copy()
+        b[5] = -1
+        with open(p, "r+b") as f:  # rewritten in place, with a modification time of its own
+            f.write(b.tobytes())
+        import os
+        os.utime(p, ns=(0, 1234567))
+        ferry.reset_stats()
+        x = ferry.fromfile(p, np.float32, device="cuda")
+        assert np.array_equal(cupy.asnumpy(x), b)
+        assert ("registered", "device-dma") not in _routes()
+
+
+def test_registration_refusals_name_the_file(gpu, tmp_path):
+    p = tmp_path / "x.bin"
+    np.zeros(1 << 20, np.uint8).tofile(p)
+    held = ferry.registered_bytes()
+    ferry.set_registration_limit(held + 1000)
+    try:
+        with pytest.raises(ferry.UsageError, match="registration limit") as e:
+            ferry.register_file(p)
+        assert str(p) in str(e.value)
+    finally:
+        ferry.set_registration_limit(0)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    with pytest.raises(ferry.UsageError, match="empty"):
+        ferry.register_file(tmp_path / "empty.bin")
+    with pytest.raises(ferry.FileError):
+        ferry.register_file(tmp_path / "missing.bin")
+    assert ferry.registered_bytes() == held

@@ -629,3 +629,21 @@ def test_dlpack_export_forms(tmp_path):
     with pytest.raises(BufferError):
         big.__dlpack__()
     np.testing.assert_array_equal(np.from_dlpack(big.to_native()), np.fromfile(p, ">f8"))
+
+
+def test_registering_a_file_holds_its_bytes_or_says_why_not(tmp_path):
+    # With a GPU the registration holds the file's bytes until closed; without one it is
+    # refused with the reason and the path (test_gpu.py reads through registrations).
+    p = tmp_path / "x.bin"
+    np.zeros(4096, np.uint8).tofile(p)
+    held = ferry.registered_bytes()
+    assert ferry.registration_limit() > 0
+    if ferry.cuda_device_count() > 0:
+        with ferry.register_file(p) as r:
+            assert r.size == 4096 and ferry.registered_bytes() == held + 4096
+            assert str(p) in repr(r)
+    else:
+        with pytest.raises(ferry.CudaError) as e:
+            ferry.register_file(p)
+        assert str(p) in str(e.value)
+    assert ferry.registered_bytes() == held

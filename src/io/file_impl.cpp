@@ -51,6 +51,10 @@ void file_impl::close() {
         std::unique_lock lock(inflight_mutex_);
         inflight_cv_.wait(lock, [&] { return inflight_ == 0; });
     }
+    {
+        std::lock_guard lock(registered_mutex_);
+        registered_.reset();  // the registration's pages stay pinned no longer for this file
+    }
     source_->close();
 }
 

@@ -66,7 +66,7 @@ struct gather {
     /// A plain range (one row) read as a request of its own, planned like any read, rather
     /// than on the lanes with the rest of the gather: for a file the planner sends to staging
     /// (mostly out of the page cache, or remote), where each worker's own stream keeps the
-    /// source busier.
+    /// source busier, or to its registration (one DMA from its pinned pages).
     bool own_request = false;
 };
 
@@ -151,6 +151,12 @@ private:
     pid_t pid_;  ///< the process that opened the file (a forked child may not use it)
     std::unique_ptr<source> source_;
     int host_route_ = -1;  ///< the statistics' slot of (this source, host): read_now counts there
+
+    /// The registration reads of this file into device memory go through (see
+    /// ferry::registered_file), kept from the first plan that found it until close.
+    std::shared_ptr<source> registration(std::string& changed);
+    std::mutex registered_mutex_;
+    std::shared_ptr<source> registered_;
 
     std::mutex direct_mutex_;
     std::string direct_disabled_why_;

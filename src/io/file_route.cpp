@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "backend/posix/posix_source.hpp"
+#include "backend/registered/registered_source.hpp"
 #include "backend/registry.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "io/file_impl.hpp"
@@ -47,8 +49,21 @@ void file_impl::disable_direct(const std::string& why) {
     fallback("O_DIRECT: " + why + "; reading buffered");
 }
 
+std::shared_ptr<source> file_impl::registration(std::string& changed) {
+    auto* local = dynamic_cast<posix_source*>(source_.get());
+    if (!local) return nullptr;
+    std::shared_ptr<detail::registered_source> now = find_registration(local->fd(), changed);
+    std::lock_guard lock(registered_mutex_);
+    if (now) registered_ = now;
+    return now;
+}
+
 source* file_impl::route_source(const route& r) {
     if (r.source == source_->kind()) return source_.get();
+    if (r.source == "registered") {
+        std::lock_guard lock(registered_mutex_);
+        if (registered_) return registered_.get();
+    }
     unavailable_reason why;
     source* s = source_->alternative(r.source, why);
     if (!s) throw usage_error("internal: route through " + r.source + " without its source: " + why.text);
@@ -87,6 +102,7 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool
         if (!cf.direct_dma()) return std::nullopt;
         return std::pair<int, int>(cf.properties.nvfs.major_version, cf.properties.nvfs.minor_version);
     };
+    if (local) f.registered = [this](std::string& changed) { return registration(changed) != nullptr; };
     plan_result p = plan_route(f);
     if (p.refusal) {
         bool cufile = std::any_of(p.reasons.begin(), p.reasons.end(),

@@ -23,6 +23,7 @@ const char* to_string(reason_code c) {
         case reason_code::staging: return "staging";
         case reason_code::stream_lanes: return "stream-lanes";
         case reason_code::no_gpu: return "no-gpu";
+        case reason_code::registered: return "registered";
     }
     return "?";
 }
@@ -88,6 +89,20 @@ plan_result plan_route(const plan_facts& f) {
                               " on " + std::to_string(f.threads) + " threads",
                           false});
         return p;
+    }
+
+    // A registered file (ferry::registered_file): its pinned page-cache pages go to the GPU by
+    // DMA, with no staging copy. Not where the settings ask for cuFile only or for O_DIRECT.
+    if (!is_write && f.memory == memory_kind::device && f.registered && f.gds != gds_mode::on && !want_direct) {
+        std::string changed;
+        if (f.registered(changed)) {
+            p.chosen = {"registered", mover::device_dma, io_path::staged};
+            say(reason_code::registered, "the file is registered (ferry::registered_file): one DMA per piece "
+                                         "from its pinned page-cache pages, no staging copy");
+            return p;
+        }
+        if (!changed.empty()) say(reason_code::registered, "the file is registered, but " + changed + ": not read "
+                                                           "through the registration");
     }
 
     auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {

@@ -35,6 +35,7 @@ enum class reason_code {
     staging,                ///< the staged mover's threads and buffers
     stream_lanes,           ///< a large read into GPU memory: the stream lanes' large copies
     no_gpu,                 ///< no GPU: what a read into GPU memory would do is planned for host memory
+    registered,             ///< the file is registered (ferry::registered_file): DMA from its pages, or why not
 };
 
 /// A stable name for each code ("host-memory", "gds-off", ...), for JSON and tests.
@@ -83,6 +84,9 @@ struct plan_facts {
     std::function<bool()> nvidia_fs_loaded;
     std::function<std::optional<unavailable_reason>()> cufile;   ///< nullopt: registered
     std::function<std::optional<std::pair<int, int>>()> nvfs_version;  ///< set: direct DMA (major, minor)
+    /// True when the file is registered and unchanged; false, with `changed` saying how, when
+    /// a registration of it exists but the file changed since (empty `changed`: none).
+    std::function<bool(std::string& changed)> registered;
 };
 
 struct plan_result {

@@ -197,7 +197,8 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
 }
 
 bool large_reads_staged(file_impl& f) {
-    return f.plan(memory_kind::device, std::size_t(1) << 30, direction::read).chosen.how == mover::staged;
+    const route r = f.plan(memory_kind::device, std::size_t(1) << 30, direction::read).chosen;
+    return r.how == mover::staged || r.source == "registered";
 }
 
 }  // namespace ferry::detail

@@ -45,8 +45,9 @@ std::future<std::size_t> submit_batch(direction dir, const std::vector<transfer>
 std::future<std::size_t> submit_gathers(const std::vector<gather>& batch);
 
 /// Whether the planner sends a large read of `f` into GPU memory to the workers' own staging
-/// (a file mostly out of the page cache, probed now; a remote source) rather than the lanes
-/// or cuFile: the test for gather::own_request.
+/// (a file mostly out of the page cache, probed now; a remote source) or to the file's
+/// registration (ferry::registered_file) rather than the lanes or cuFile: the test for
+/// gather::own_request.
 bool large_reads_staged(file_impl& f);
 
 }  // namespace ferry::detail

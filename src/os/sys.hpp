@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +35,11 @@ inline ssize_t pwrite(int fd, const void* buf, std::size_t n, off_t off) {
 inline ssize_t write(int fd, const void* buf, std::size_t n) {
     if (inject("write", &n)) return -1;
     return ::write(fd, buf, n);
+}
+/// A read-only shared mapping of `n` bytes of `fd` (MAP_FAILED and errno on failure).
+inline void* mmap_read_only(int fd, std::size_t n) {
+    if (inject("mmap")) return MAP_FAILED;
+    return ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
 }
 inline int access(const char* path, int mode) {
     if (inject("access")) return -1;

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/checkpoint.hpp"
-#include "ferry/convert.hpp"
+#include "ferry/registered_file.hpp"
 #include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 #include "ferry/safetensors.hpp"
@@ -592,6 +592,24 @@ TEST(Checkpoint, ColdShardsAreReadByTheWorkersStreamsCachedOnesByTheLanes) {
     for (const auto& t : s.all) EXPECT_TRUE(same(find(hot, t.name).copy_to(placement::host()), t.value)) << t.name;
     EXPECT_EQ(moved_by(hot_moved, "lanes"), hot.stats.bytes_read);
     EXPECT_EQ(moved_by(hot_moved, "staged"), 0u);
+}
+
+TEST(Checkpoint, RegisteredShardsAreReadByDmaFromTheirPages) {
+    FERRY_REQUIRE_GPU();
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    std::vector<registered_file> regs;
+    for (const auto& sh : c.shards) regs.emplace_back(sh.path);
+    checkpoint_load_options o;
+    o.where = placement::cuda(0);
+    io_stats before = process_stats();
+    auto got = load_checkpoint(c, o);
+    io_stats moved = process_stats() - before;
+    for (const auto& t : s.all) EXPECT_TRUE(same(find(got, t.name).copy_to(placement::host()), t.value)) << t.name;
+    const route_stats* r = moved.route("registered", "device-dma");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->read.bytes, got.stats.bytes_read) << "every plain range from the registered pages";
+    EXPECT_EQ(moved_by(moved, "lanes"), 0u);
 }
 
 }  // namespace
