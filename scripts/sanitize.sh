@@ -19,7 +19,7 @@ what=${1:-all}
 # (the connection pool under many readers, credentials renewed while four links read at
 # once). Not the fork tests: TSan cannot follow
 # a forked child that starts threads (it kills it), which ferry's child then does.
-tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|engine|file|refresh_test)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_|^nginx_test\.many_threads'
+tsan_tests='^(thread_pool|thread_pool_stress|staging_pool|engine|file|refresh_test|posix_worker_fd|registered_file)\.|^paths/(conformance|stream_order)\.|^fault_injection\.file_|^nginx_test\.many_threads'
 
 # The sanitizer flags go in through CMAKE_<LANG>_FLAGS and the linker flags, not the
 # FERRY_SANITIZE option: that option adds -fsanitize to every link step, the CUDA device-link

@@ -4,7 +4,7 @@
 // taken by pthread_atfork's prepare handler before the fork and released on both sides after.
 //
 // Only for the few mutexes that live as long as the process (the engine registry, the global
-// settings, the log, the process counters): they are registered at static initialization, and
+// settings, the log, the process counters, the table of registered files): they are registered at static initialization, and
 // none is ever taken while holding another, so the prepare handler cannot deadlock.
 #pragma once
 

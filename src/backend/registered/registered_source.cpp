@@ -1,8 +1,8 @@
 // Registering a file once, and reading it into GPU memory by DMA from its page-cache pages.
 //
-// On the H200 machine a hot 8 GiB file mapped read-only and registered with
-// cudaHostRegisterReadOnly took 0.38 s to register; copies from it then ran at 55.1-55.3 GB/s,
-// the pinned copy ceiling, where a one-shot staged load reaches about 52 (docs/benchmarks.md).
+// On the H200 machine a probe of these calls (bench/register_probe.py) registered a hot 8 GiB
+// file mapped read-only in 0.38 s; copies from it then ran at 55.1-55.3 GB/s, the pinned copy
+// ceiling, where a one-shot staged load reaches about 52 (docs/benchmarks.md).
 // Registering costs more than it saves for one load, so it is the caller's choice, for a file
 // loaded again and again.
 #include "backend/registered/registered_source.hpp"
@@ -20,13 +20,14 @@
 
 #include "cuda/cuda_runtime.hpp"
 #include "ferry/file.hpp"
+#include "os/fork_safe_mutex.hpp"
 #include "os/posix_io.hpp"
 #include "os/sys.hpp"
 
 namespace ferry::detail {
 namespace {
 
-std::mutex table_mutex;
+fork_safe_mutex table_mutex;  // process-wide: a fork never leaves it taken in the child
 std::vector<std::weak_ptr<registered_source>>& table() {
     static auto* t = new std::vector<std::weak_ptr<registered_source>>();  // lives to exit
     return *t;
