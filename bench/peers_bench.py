@@ -597,7 +597,7 @@ def run_ferry_bench(a, f):
         return {"skipped": "no ferry CLI at %r" % a.ferry}
     cmd = [a.ferry, "bench", f["path"], "--threads", str(a.threads), "--task-size", "32M",
            "--repeat", str(a.repeat), "--no-naive", "--json"]
-    cmd += ["--device", "host", "--paths", "host"] if a.host else ["--paths", "staged,stream"]
+    cmd += ["--device", "host", "--paths", "host"] if a.host else ["--paths", "staged,stream,registered"]
     return bc.run_json(cmd, timeout=a.timeout)
 
 

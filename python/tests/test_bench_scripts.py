@@ -185,3 +185,28 @@ def test_tp_breakdown_measures_every_case(tmp_path):
     assert cases["tp_seg"]["routes"].get("span", 0) == 0 and cases["tp_seg"]["routes"]["segments"] > 0
     bad = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--cases", "nope"])
     assert bad.returncode != 0 and "unknown case 'nope'" in bad.stderr
+
+
+@pytest.mark.skipif(not CLI, reason="FERRY_CLI is not set (ctest sets it to the built CLI)")
+def test_ferry_bench_measures_the_registered_path_or_says_why(tmp_path):
+    # `ferry bench --paths registered`: the file registered once for that path's rows only, its
+    # reads counted on the registered route, the registration's time reported; into host
+    # memory the path is refused by name.
+    import ferry
+    gpu = ferry.cuda_device_count() > 0
+    args = [CLI, "bench", "--size", "64M", "--paths", "registered,staged", "--threads", "4", "--task-size", "8M",
+            "--repeat", "1", "--no-naive", "--json"] + ([] if gpu else ["--device", "host"])
+    b = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    if not gpu:
+        assert b.returncode != 0 and "--paths registered" in b.stderr and "GPU memory only" in b.stderr, b.stderr
+        return
+    assert b.returncode == 0, b.stderr[-2000:]
+    j = json.loads(b.stdout)
+    assert j["register_seconds"] > 0
+    reg = [r for r in j["results"] if r["kind"] == "ferry" and r["name"] == "registered"]
+    staged = [r for r in j["results"] if r["kind"] == "ferry" and r["name"] == "staged"]
+    assert reg and staged
+    for r in reg:
+        assert r["io"]["routes"] == {"registered device-dma": j["bytes"]}, r["io"]
+    for r in staged:  # after the registered rows, the registration is gone
+        assert "registered device-dma" not in r["io"].get("routes", {}), r["io"]

@@ -29,6 +29,7 @@
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/memory.hpp"
+#include "ferry/registered_file.hpp"
 #include "ferry/version.hpp"
 
 namespace ferry::cli {
@@ -100,6 +101,7 @@ struct path_config {
     direct_io_mode direct;
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
     std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
+    bool registered = false;  ///< the file registered once (ferry::registered_file) for this path's rows
     bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
 };
 
@@ -152,13 +154,19 @@ int run_bench(bench_args a) {
         else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
         else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
         else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, false, base.lane_threshold});
+        else if (p == "registered") {
+            if (!gpu) throw usage_error("--paths registered: a registered file serves reads into GPU memory only");
+            if (a.cold) throw usage_error("--paths registered: a registered file's pages stay pinned in the page cache, "
+                                          "so --cold does not apply");
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, false, lanes_off, true});
+        }
         else if (p == "stream" || p == "lanes") {
             if (!gpu) throw usage_error("--paths " + p + ": the stream lanes serve GPU memory only");
             if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
             else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0});
         } else
             throw usage_error("--paths: unknown path " + p +
-                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream)");
+                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
     }
 
     scratch_files scratch;
@@ -234,8 +242,21 @@ int run_bench(bench_args a) {
     // Paths far below the best so far (e.g. O_DIRECT on hot data) are measured at one point of
     // the sweep only: a full sweep of them would take minutes and teach nothing.
     double best_so_far = 0;
+    double register_seconds = -1;
     for (const auto& pc : configs) {
         bool slow = false;
+        // Registered for this path's rows only: while it lives every read of the file into GPU
+        // memory takes the registration, whatever the settings.
+        std::optional<registered_file> reg;
+        if (pc.registered) {
+            try {
+                reg.emplace(a.path);
+                register_seconds = reg->seconds();
+            } catch (const error& e) {
+                if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
+                slow = true;
+            }
+        }
         for (std::size_t th : a.threads)
             for (std::uint64_t ts : tasks)
                 for (const staging_variant& v : pc.lanes() ? lane_variants : buffer_variants) {
@@ -364,6 +385,7 @@ int run_bench(bench_args a) {
         j["cpus"] = std::thread::hardware_concurrency();
         j["staging_memory_peak"] = staging_memory_peak();
         j["staging_memory_limit"] = base.staging_memory_limit;
+        if (register_seconds >= 0) j["register_seconds"] = register_seconds;
         nlohmann::json rs = nlohmann::json::array();
         for (const auto& r : rows) {
             nlohmann::json e{{"kind", r.kind}, {"name", r.name}, {"threads", r.threads}, {"task_size", r.task_size},
@@ -429,6 +451,8 @@ int run_bench(bench_args a) {
     else if (best)
         std::printf("best read: %s, %zu threads, tasks of %s: %.2f GB/s\n", best->name.c_str(), best->threads,
                     human_bytes(best->task_size).c_str(), best->gbps);
+    if (register_seconds >= 0)
+        std::printf("registering the file (path registered) took %.3f s, outside the rows' timing\n", register_seconds);
     std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
                 human_bytes(base.staging_memory_limit).c_str());
     return exit_ok;
@@ -448,7 +472,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
     c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
     c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
-    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream)")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");
