@@ -159,28 +159,29 @@ safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t
             }
             continue;
         }
-        const std::string field = tensor_field(name);
-        if (!v.is_object()) throw format_error(file, field, "entry is not an object");
+        // Named only for a message: most headers have none to give.
+        auto field = [&name] { return tensor_field(name); };
+        if (!v.is_object()) throw format_error(file, field(), "entry is not an object");
         auto dt = v.find("dtype");
         auto sh = v.find("shape");
         auto off = v.find("data_offsets");
         if (dt == v.end() || sh == v.end() || off == v.end())
-            throw format_error(file, field, "needs dtype, shape and data_offsets");
-        if (!dt->is_string()) throw format_error(file, field + " dtype", "not a string");
+            throw format_error(file, field(), "needs dtype, shape and data_offsets");
+        if (!dt->is_string()) throw format_error(file, field() + " dtype", "not a string");
         auto type = dtype_from_safetensors_name(dt->get_ref<const std::string&>());
         if (!type)
-            throw format_error(file, field + " dtype",
+            throw format_error(file, field() + " dtype",
                                "unknown dtype '" + dt->get<std::string>() + "'");
         safetensors_tensor_info t;
         t.name = name;
         t.type = *type;
-        if (!sh->is_array()) throw format_error(file, field + " shape", "not an array");
+        if (!sh->is_array()) throw format_error(file, field() + " shape", "not an array");
         // Checked arithmetic: element count x item size must not wrap.
         std::uint64_t bytes = size_of(t.type);
         for (const json& d : *sh) {
             std::uint64_t n = 0;
             if (!as_u64(d, n) || n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-                throw format_error(file, field + " shape", "dimension is not a non-negative integer below 2**63");
+                throw format_error(file, field() + " shape", "dimension is not a non-negative integer below 2**63");
             t.shape.push_back(static_cast<std::int64_t>(n));
         }
         bool zero = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
@@ -190,17 +191,17 @@ safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t
             for (std::int64_t d : t.shape) {
                 auto u = static_cast<std::uint64_t>(d);
                 if (bytes > std::numeric_limits<std::uint64_t>::max() / u)
-                    throw format_error(file, field + " shape", "size overflows 64 bits");
+                    throw format_error(file, field() + " shape", "size overflows 64 bits");
                 bytes *= u;
             }
         }
         if (!off->is_array() || off->size() != 2 || !as_u64((*off)[0], t.begin) ||
             !as_u64((*off)[1], t.end))
-            throw format_error(file, field + " data_offsets",
+            throw format_error(file, field() + " data_offsets",
                                "not a pair of non-negative integers");
-        if (t.end < t.begin) throw format_error(file, field + " data_offsets", "end before begin");
+        if (t.end < t.begin) throw format_error(file, field() + " data_offsets", "end before begin");
         if (t.end - t.begin != bytes)
-            throw format_error(file, field + " data_offsets",
+            throw format_error(file, field() + " data_offsets",
                                "byte range of " + std::to_string(t.end - t.begin) +
                                    " bytes does not match shape x dtype (" +
                                    std::to_string(bytes) + " bytes)");
