@@ -101,7 +101,7 @@ TEST(registered_file, reads_into_the_gpu_take_the_registration_and_are_exact) {
     EXPECT_GT(reg.seconds(), 0.0);
 
     ferry::file f(path);
-    EXPECT_TRUE(mentions(f.plan().reasons, "registered"));
+    EXPECT_TRUE(mentions(f.plan().reasons, "ferry::registered_file"));
     ferry::device_buffer d(n);
     // The whole file, and an odd piece in the middle.
     EXPECT_EQ(f.read(d.data(), n, 0), n);
@@ -196,12 +196,12 @@ TEST(registered_file, a_second_registration_of_the_same_file_shares_the_first) {
     a.close();
     {
         ferry::file f(path);
-        EXPECT_TRUE(mentions(f.plan().reasons, "registered")) << "b still holds it";
+        EXPECT_TRUE(mentions(f.plan().reasons, "ferry::registered_file")) << "b still holds it";
     }
     b.close();
     EXPECT_EQ(ferry::registered_bytes(), held);
     ferry::file f(path);
-    EXPECT_FALSE(mentions(f.plan().reasons, "registered")) << "given up: the usual route";
+    EXPECT_FALSE(mentions(f.plan().reasons, "ferry::registered_file")) << "given up: the usual route";
 }
 
 }  // namespace
