@@ -109,15 +109,19 @@ foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced
         m.owner = a.owner();
         return m;
     }
+    // A capsule handed over by a caller that waited for its producer (ferry's own imports of
+    // many PyTorch tensors: torch's __dlpack__ costs several microseconds a tensor in Python).
+    if (PyCapsule_CheckExact(obj.ptr())) return from_dlpack_capsule(nb::borrow(obj), writable);
     bool has_dlpack = nb::hasattr(obj, "__dlpack__") && nb::hasattr(obj, "__dlpack_device__");
-    bool has_cai = nb::hasattr(obj, "__cuda_array_interface__");
+    // Asked only where needed: PyTorch builds the interface's whole dict to answer hasattr.
+    auto has_cai = [&] { return nb::hasattr(obj, "__cuda_array_interface__"); };
     // GPU arrays may offer the buffer protocol only to refuse it (CuPy raises TypeError from
     // its buffer hook): then their own protocols below apply.
     if (PyObject_CheckBuffer(obj.ptr())) {
         try {
             return from_buffer(obj, writable);
         } catch (nb::python_error&) {
-            if (!has_dlpack && !has_cai) throw;
+            if (!has_dlpack && !has_cai()) throw;
         }
     }
     // DLPack names the device and every dtype (bfloat16, float8), so it goes first.
@@ -125,10 +129,10 @@ foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced
         try {
             return from_dlpack(obj, writable, producer_synced);
         } catch (nb::python_error& e) {
-            if (!has_cai || !e.matches(PyExc_BufferError)) throw;
+            if (!e.matches(PyExc_BufferError) || !has_cai()) throw;
         }
     }
-    if (has_cai) return from_cuda_array_interface(obj, writable);
+    if (has_cai()) return from_cuda_array_interface(obj, writable);
     throw nb::type_error(("ferry cannot reach the memory of a " +
                           std::string(nb::type_name(obj.type()).c_str()) +
                           ": expected a buffer (numpy array, bytearray), an object with "

@@ -16,6 +16,10 @@ foreign_memory from_buffer(nb::handle obj, bool writable);
 /// DLPack (__dlpack__ and __dlpack_device__). `producer_synced`: the caller already waited for
 /// the producer's GPU work, so it is asked for none (stream -1) and none is waited for.
 foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced = false);
+/// A DLPack capsule itself ("dltensor" or "dltensor_versioned", e.g. torch.utils.dlpack's
+/// to_dlpack): its producer's work on the memory is the caller's to have waited for. The device
+/// is the capsule's own. Throws nb::type_error for anything else.
+foreign_memory from_dlpack_capsule(nb::object cap, bool writable);
 /// The CUDA array interface (__cuda_array_interface__).
 foreign_memory from_cuda_array_interface(nb::handle obj, bool writable);
 

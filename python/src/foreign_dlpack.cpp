@@ -66,7 +66,6 @@ foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced) 
     using namespace nb::literals;
     nb::object dev = obj.attr("__dlpack_device__")();
     int dev_type = nb::cast<int>(dev[0]);
-    int dev_id = nb::cast<int>(dev[1]);
     bool on_gpu = dev_type == dlpack::kDLCUDA || dev_type == dlpack::kDLCUDAManaged;
     // For a GPU producer, stream 1 (CUDA's legacy default stream) asks it to make its pending
     // work on the memory visible there; ferry then orders its access on that stream.
@@ -80,6 +79,12 @@ foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced) 
         if (!e.matches(PyExc_TypeError)) throw;
         cap = obj.attr("__dlpack__")("stream"_a = stream_arg);
     }
+    foreign_memory m = from_dlpack_capsule(std::move(cap), writable);
+    if (on_gpu && !producer_synced) m.stream = nullptr;
+    return m;
+}
+
+foreign_memory from_dlpack_capsule(nb::object cap, bool writable) {
     const dlpack::DLTensor* t = nullptr;
     bool readonly = false;
     if (PyCapsule_IsValid(cap.ptr(), "dltensor_versioned")) {
@@ -90,7 +95,7 @@ foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced) 
     } else if (PyCapsule_IsValid(cap.ptr(), "dltensor")) {
         t = &static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"))->dl_tensor;
     } else {
-        throw nb::type_error("__dlpack__ returned something that is not a DLPack capsule");
+        throw nb::type_error("not a DLPack capsule (or one already consumed)");
     }
     if (writable && readonly) throw usage_error("cannot read into read-only memory (DLPack flag)");
     foreign_memory m;
@@ -102,16 +107,16 @@ foreign_memory from_dlpack(nb::handle obj, bool writable, bool producer_synced) 
     if (type) m.type = typed_order{*type, native_byte_order};
     m.layout = layout_from_strides(m.shape, t->strides, 1);
     m.nbytes = product_bytes(m.shape, itemsize);
-    switch (dev_type) {
+    const int dev_id = t->device.device_id;
+    switch (t->device.device_type) {
         case dlpack::kDLCPU: m.where = placement_of(m.data, memory_kind::host, 0); break;
         case dlpack::kDLCUDAHost: m.where = placement::pinned(); break;
         case dlpack::kDLCUDA: m.where = placement::cuda(dev_id); break;
         case dlpack::kDLCUDAManaged: m.where = {memory_kind::managed, dev_id}; break;
         default:
             throw nb::type_error(("ferry cannot reach memory on DLPack device type " +
-                                  std::to_string(dev_type)).c_str());
+                                  std::to_string(static_cast<int>(t->device.device_type))).c_str());
     }
-    if (on_gpu && !producer_synced) m.stream = nullptr;
     m.owner = hold_python(std::move(cap));
     return m;
 }
