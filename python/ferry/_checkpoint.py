@@ -169,10 +169,10 @@ def _destinations(targets: Mapping[str, Any]) -> list:
         for d in sorted({v.device.index or 0 for v in objs}):
             torch.cuda.synchronize(d)
     # PyTorch tensors with nothing to wait for (the GPU synchronized above, or host memory) go
-    # as DLPack capsules from torch's C exporter: its Python __dlpack__ and __dlpack_device__
-    # cost about 4.6 us a tensor, 3.8 ms for a model of 819 parameters on the CPU machine,
-    # against 0.2 ms. Tensors that need grad, or carry conjugate or negative bits, keep
-    # __dlpack__, which refuses them with torch's own words.
+    # as DLPack capsules from torch's C exporter: through its Python __dlpack__ and
+    # __dlpack_device__ ferry's import of 819 host tensors took 4.5 ms on the CPU machine,
+    # against 0.4 ms (bench/into_import_probe.py). Tensors that need grad, or carry conjugate
+    # or negative bits, keep __dlpack__, which refuses them with torch's own words.
     torch = sys.modules.get("torch")
     if torch is not None and objs:
         from torch.utils.dlpack import to_dlpack

@@ -210,3 +210,13 @@ def test_ferry_bench_measures_the_registered_path_or_says_why(tmp_path):
         assert r["io"]["routes"] == {"registered device-dma": j["bytes"]}, r["io"]
     for r in staged:  # after the registered rows, the registration is gone
         assert "registered device-dma" not in r["io"].get("routes", {}), r["io"]
+
+
+def test_into_import_probe_measures_every_way():
+    pytest.importorskip("torch")
+    r = run([os.path.join(BENCH, "into_import_probe.py"), "--tensors", "40", "--repeat", "2"], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("40 tensors on cpu")
+    assert [ln.split()[0] for ln in lines[1:]] == ["objects", "capsules", "into="]
+    assert all(float(ln.split()[1]) > 0 for ln in lines[1:])
