@@ -1,8 +1,8 @@
 // Registering a file once, and reading it into GPU memory by DMA from its page-cache pages.
 //
-// On the H200 machine a probe of these calls (bench/register_probe.py) registered a hot 8 GiB
-// file mapped read-only in 0.38 s; copies from it then ran at 55.1-55.3 GB/s, the pinned copy
-// ceiling, where a one-shot staged load reaches about 52 (docs/benchmarks.md).
+// On the H200 machine a hot 8 GiB file registered in 0.23-0.34 s; `ferry bench --paths
+// registered` then read it at 55.07 GB/s, the pinned copy ceiling, where the one-shot routes
+// reach 0.90-0.95x of it (docs/benchmarks.md).
 // Registering costs more than it saves for one load, so it is the caller's choice, for a file
 // loaded again and again.
 #include "backend/registered/registered_source.hpp"
