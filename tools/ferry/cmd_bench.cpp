@@ -301,7 +301,7 @@ int run_bench(bench_args a) {
                             return seconds_since(t0);
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
-                        if (gpu) {  // host reads use no staging buffers
+                        if (gpu && !pc.registered) {  // host reads and registered files use no staging buffers
                             r.buffer_size = v.size;
                             r.buffers = v.count;
                             r.lanes = pc.lanes();
