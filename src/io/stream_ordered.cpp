@@ -56,12 +56,16 @@ struct file_job {
 };
 
 /// One read of a gather chunk's file side: `len` bytes at `offset` of `file` to `at` in the
-/// chunk's buffer.
+/// chunk's buffer; with `rows` > 1, that many such reads, `pitch` apart in the file and packed
+/// in the buffer (the row segments of a slice: one entry per chunk, not one per row, so that
+/// cutting a gather of 100,000 rows does not hold back its first copy).
 struct lane_read {
     file_impl* file;
     std::uint64_t offset;
     std::size_t len;
     std::size_t at;
+    std::size_t rows = 1;
+    std::uint64_t pitch = 0;
 };
 
 /// One copy out of a gather chunk's buffer: `rows` rows of `width` bytes, `pitch` apart in the
@@ -95,7 +99,7 @@ std::vector<chunk> cut_into_chunks(const std::vector<gather>& extents, std::size
     auto add_read = [&](file_impl* f, std::uint64_t offset, std::size_t len) {
         if (!cur.reads.empty()) {
             lane_read& last = cur.reads.back();
-            if (last.file == f && last.offset + last.len == offset && last.at + last.len == cur.len) {
+            if (last.rows == 1 && last.file == f && last.offset + last.len == offset && last.at + last.len == cur.len) {
                 last.len += len;
                 return;
             }
@@ -136,6 +140,22 @@ std::vector<chunk> cut_into_chunks(const std::vector<gather>& extents, std::size
             continue;
         }
         for (std::uint64_t r = 0; r < g.rows; ++r) {
+            if (g.rows > 1 && g.width <= room()) {
+                // Every whole row the chunk has room for, as one strided read; they land packed,
+                // so one plain copy.
+                std::uint64_t n = std::min<std::uint64_t>(g.rows - r, room() / g.width);
+                std::size_t bytes = static_cast<std::size_t>(n * g.width);
+                if (n == 1) {
+                    add_read(f, g.offset + r * g.pitch, bytes);
+                } else {
+                    cur.reads.push_back({f, g.offset + r * g.pitch, static_cast<std::size_t>(g.width), cur.len,
+                                         static_cast<std::size_t>(n), g.pitch});
+                }
+                add_copy(dst + r * g.width, bytes, 1, bytes);
+                cur.len += bytes;
+                r += n - 1;
+                continue;
+            }
             std::uint64_t row_at = g.offset + r * g.pitch;
             for (std::uint64_t k = 0; k < g.width;) {
                 if (room() == 0) flush();
@@ -222,6 +242,19 @@ struct stream_request {
         std::vector<file_impl*> files;
         for (lane_read rd : c.reads) {
             if (std::find(files.begin(), files.end(), rd.file) == files.end()) files.push_back(rd.file);
+            while (rd.rows > 1) {  // strided rows: split between rows, never inside one
+                if (in_group >= target) {
+                    groups.emplace_back();
+                    in_group = 0;
+                }
+                std::size_t n = std::min(rd.rows, std::max<std::size_t>(1, (target - in_group) / rd.len));
+                groups.back().push_back({rd.file, rd.offset, rd.len, rd.at, n, rd.pitch});
+                in_group += n * rd.len;
+                rd.offset += n * rd.pitch;
+                rd.at += n * rd.len;
+                rd.rows -= n;
+                if (rd.rows == 0) rd.len = 0;
+            }
             while (rd.len > 0) {
                 if (in_group >= target) {
                     groups.emplace_back();
@@ -264,9 +297,11 @@ struct stream_request {
                     const file_impl* named = nullptr;
                     for (const lane_read& rd : g) {
                         if (rd.file != named) where.path = rd.file->shown_, named = rd.file;
-                        where.offset = rd.offset;
-                        where.length = rd.len;
-                        rd.file->source_->read(buffer + rd.at, rd.len, rd.offset, where);
+                        for (std::size_t k = 0; k < rd.rows; ++k) {
+                            where.offset = rd.offset + k * rd.pitch;
+                            where.length = rd.len;
+                            rd.file->source_->read(buffer + rd.at + k * rd.len, rd.len, where.offset, where);
+                        }
                     }
                 } catch (...) {
                     e = std::current_exception();
