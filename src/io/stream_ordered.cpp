@@ -44,6 +44,7 @@
 
 #include "cuda/cuda_runtime.hpp"
 #include "io/file_impl.hpp"
+#include "io/lane_chunks.hpp"
 
 namespace ferry::detail {
 
@@ -55,122 +56,6 @@ struct file_job {
     std::future<std::size_t> done;
 };
 
-/// One read of a gather chunk's file side: `len` bytes at `offset` of `file` to `at` in the
-/// chunk's buffer; with `rows` > 1, that many such reads, `pitch` apart in the file and packed
-/// in the buffer (the row segments of a slice: one entry per chunk, not one per row, so that
-/// cutting a gather of 100,000 rows does not hold back its first copy).
-struct lane_read {
-    file_impl* file;
-    std::uint64_t offset;
-    std::size_t len;
-    std::size_t at;
-    std::size_t rows = 1;
-    std::uint64_t pitch = 0;
-};
-
-/// One copy out of a gather chunk's buffer: `rows` rows of `width` bytes, `pitch` apart in the
-/// buffer, landing packed at `dst` (rows == 1: a plain copy of `width` bytes).
-struct lane_copy {
-    std::size_t at;
-    char* dst;
-    std::size_t width, rows, pitch;
-};
-
-struct chunk {
-    std::size_t pos, len;
-    char* buffer;  ///< the lane buffer, or the caller's host memory
-    std::vector<lane_read> reads;    ///< reads (gathers): the file side
-    std::vector<lane_copy> copies;   ///< reads (gathers): what goes to the GPU
-};
-
-/// Cuts a gather into chunks of at most `capacity` bytes of buffer each.
-std::vector<chunk> cut_into_chunks(const std::vector<gather>& extents, std::size_t capacity) {
-    std::vector<chunk> out;
-    chunk cur{0, 0, nullptr, {}, {}};
-    std::size_t pos = 0;  // bytes of buffer laid out so far, over all chunks
-    auto flush = [&] {
-        if (cur.len == 0) return;
-        cur.pos = pos;
-        pos += cur.len;
-        out.push_back(std::move(cur));
-        cur = chunk{0, 0, nullptr, {}, {}};
-    };
-    auto room = [&] { return capacity - cur.len; };
-    auto add_read = [&](file_impl* f, std::uint64_t offset, std::size_t len) {
-        if (!cur.reads.empty()) {
-            lane_read& last = cur.reads.back();
-            if (last.rows == 1 && last.file == f && last.offset + last.len == offset && last.at + last.len == cur.len) {
-                last.len += len;
-                return;
-            }
-        }
-        cur.reads.push_back({f, offset, len, cur.len});
-    };
-    auto add_copy = [&](char* dst, std::size_t width, std::size_t rows, std::size_t pitch) {
-        if (rows == 1 && !cur.copies.empty()) {
-            lane_copy& last = cur.copies.back();
-            if (last.rows == 1 && last.at + last.width == cur.len && last.dst + last.width == dst) {
-                last.width += width;
-                return;
-            }
-        }
-        cur.copies.push_back({cur.len, dst, width, rows, pitch});
-    };
-    for (const gather& g : extents) {
-        if (g.rows == 0 || g.width == 0) continue;
-        file_impl* f = g.file.get();
-        char* dst = static_cast<char*>(g.memory);
-        const bool span = g.span && g.rows > 1 && g.pitch > g.width && g.pitch <= capacity / 2;
-        if (span) {
-            for (std::uint64_t r = 0; r < g.rows;) {
-                // As many rows as the chunk has room for: (n - 1) * pitch + width bytes.
-                std::uint64_t n = room() >= g.width ? 1 + (room() - g.width) / g.pitch : 0;
-                if (n == 0) {
-                    flush();
-                    continue;
-                }
-                n = std::min<std::uint64_t>(n, g.rows - r);
-                std::size_t bytes = static_cast<std::size_t>((n - 1) * g.pitch + g.width);
-                add_read(f, g.offset + r * g.pitch, bytes);
-                add_copy(dst + r * g.width, static_cast<std::size_t>(g.width), static_cast<std::size_t>(n),
-                         static_cast<std::size_t>(g.pitch));
-                cur.len += bytes;
-                r += n;
-            }
-            continue;
-        }
-        for (std::uint64_t r = 0; r < g.rows; ++r) {
-            if (g.rows > 1 && g.width <= room()) {
-                // Every whole row the chunk has room for, as one strided read; they land packed,
-                // so one plain copy.
-                std::uint64_t n = std::min<std::uint64_t>(g.rows - r, room() / g.width);
-                std::size_t bytes = static_cast<std::size_t>(n * g.width);
-                if (n == 1) {
-                    add_read(f, g.offset + r * g.pitch, bytes);
-                } else {
-                    cur.reads.push_back({f, g.offset + r * g.pitch, static_cast<std::size_t>(g.width), cur.len,
-                                         static_cast<std::size_t>(n), g.pitch});
-                }
-                add_copy(dst + r * g.width, bytes, 1, bytes);
-                cur.len += bytes;
-                r += n - 1;
-                continue;
-            }
-            std::uint64_t row_at = g.offset + r * g.pitch;
-            for (std::uint64_t k = 0; k < g.width;) {
-                if (room() == 0) flush();
-                std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(room(), g.width - k));
-                add_read(f, row_at + k, len);
-                add_copy(dst + r * g.width + k, len, 1, len);
-                cur.len += len;
-                k += len;
-            }
-        }
-    }
-    flush();
-    return out;
-}
-
 }  // namespace
 
 /// One stream-ordered request, shared by the host functions that carry it out.
@@ -180,7 +65,7 @@ struct stream_request {
     io_path path = io_path::host;  ///< what the stats record
     int route = -1;                ///< and their slot of (source, mover)
     std::size_t lanes = 1;         ///< chunk i + lanes is the next chunk on chunk i's lane
-    std::vector<chunk> chunks;
+    std::vector<lane_chunk> chunks;
     std::unique_ptr<file_job[]> jobs;
     std::promise<std::size_t> done;
     file_impl::completion then;  ///< hears the outcome just before the future does
@@ -234,7 +119,7 @@ struct stream_request {
     /// A gather chunk's file side: its reads in groups of about equal bytes on the file workers
     /// (large reads split), so that every worker helps fill one buffer. Each file of the chunk
     /// counts the side as in flight (close() waits for it, and a closed file refuses it).
-    std::future<std::size_t> start_reads(const chunk& c) {
+    std::future<std::size_t> start_reads(const lane_chunk& c) {
         thread_pool& workers = file->engine_->file_workers();
         const std::size_t target = std::max<std::size_t>(1 << 20, c.len / workers.size());
         std::vector<std::vector<lane_read>> groups(1);
@@ -531,7 +416,7 @@ void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStrea
             cuda_check(FERRY_CUDA(cudaStreamWaitEvent, ls, d.start.get(), 0), "cudaStreamWaitEvent", {location, r.offset, r.n});
         for (std::size_t i = 0; i < count; ++i) {
             stream_lane& l = lane(i);
-            const chunk& c = q->chunks[i];
+            const lane_chunk& c = q->chunks[i];
             const io_context where{location, r.offset + c.pos, c.len};
             if (r.is_write()) {
                 cuda_check(FERRY_CUDA(cudaMemcpyAsync, c.buffer, r.mem + c.pos, c.len, cudaMemcpyDefault, l.stream.get()),
