@@ -15,10 +15,10 @@
 #include <sstream>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
 
 #include "backend/http/url.hpp"
 #include "backend/s3/s3_bucket.hpp"
+#include "checkpoint/index_json.hpp"
 #include "checkpoint/side_by_side.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
@@ -171,38 +171,24 @@ private:
 
 checkpoint open_index(const std::string& index_path, const std::string& source) {
     const std::string shown_index = shown(index_path);
-    std::string text = read_index_text(index_path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw format_error(shown_index, "index", std::string("invalid JSON: ") + e.what());
-    }
-    if (!j.is_object()) throw format_error(shown_index, "index", "not a JSON object");
-    auto wm = j.find("weight_map");
-    if (wm == j.end() || !wm->is_object())
-        throw format_error(shown_index, "weight_map", "missing or not an object");
+    checkpoints::index_json parsed = checkpoints::parse_index_json(read_index_text(index_path), index_path, shown_index);
 
     checkpoint c;
     c.source = source;
     c.index_path = index_path;
-    if (auto md = j.find("metadata"); md != j.end() && md->is_object())
-        for (auto& [k, v] : md->items()) c.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    c.metadata = std::move(parsed.metadata);
 
     const shard_namer place(index_path);
     const bool remote = is_url(index_path);
-    // tensor -> shard file name, as the index says (its entries are unique JSON keys); the
-    // names point into the parsed index, which outlives these maps.
+    // tensor -> shard file name, as the index says; the names point into `parsed`, which
+    // outlives these maps.
     std::unordered_map<std::string_view, const std::string*> placed;
-    placed.reserve(wm->size());
-    std::vector<std::string> names;             // shard file names, in first-use order
-    std::map<std::string, std::string> first_tensor;  // shard file name -> a tensor placed there
-    for (auto& [tensor, file] : wm->items()) {
-        if (!file.is_string())
-            throw checkpoint_error(index_path, tensor, "weight_map value is not a file name");
-        const std::string& f = file.get_ref<const std::string&>();
+    placed.reserve(parsed.weight_map.size());
+    std::vector<std::string> names;                   // shard file names, in first-use order
+    std::unordered_map<std::string_view, const std::string*> first_tensor;  // shard file name -> a tensor placed there
+    for (const auto& [tensor, f] : parsed.weight_map) {
         placed[tensor] = &f;
-        if (!first_tensor.emplace(f, tensor).second) continue;  // a shard already checked
+        if (!first_tensor.emplace(f, &tensor).second) continue;  // a shard already checked
         if (std::string no = place.refuse(f); !no.empty()) throw checkpoint_error(index_path, tensor, no);
         std::error_code ec;
         if (!remote && !fs::is_regular_file(place(f), ec))
@@ -221,7 +207,7 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
         if (e.status() != 404) throw;
         for (const auto& n : names)
             if (shown(place(n)) == e.url())
-                throw checkpoint_error(index_path, first_tensor[n],
+                throw checkpoint_error(index_path, *first_tensor[n],
                                        "the index places it in shard " + shown(place(n)) +
                                            ", which does not exist (HTTP 404)");
         throw;

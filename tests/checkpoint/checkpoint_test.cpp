@@ -385,6 +385,60 @@ TEST(Checkpoint, TensorInTwoShardsOrNone) {
     }
 }
 
+// The index's JSON, written by hand: what each malformation is called, and metadata kept as
+// strings whatever its values were.
+TEST(Checkpoint, MalformedIndexesAreNamedAndMetadataKeepsItsText) {
+    sample s;
+    const std::string index = s.dir / "model.safetensors.index.json";
+    auto j = read_json(index);
+    const std::string head_shard = j["weight_map"]["head"];
+    std::string entries;  // the index's weight_map body, every tensor once
+    for (auto& [k, v] : j["weight_map"].items()) entries += (entries.empty() ? "" : ",") + nlohmann::json(k).dump() + ":" + v.dump();
+    auto write = [&](const std::string& text) { std::ofstream(index, std::ios::trunc) << text; };
+    auto error_of = [&]() -> std::string {
+        try {
+            open_checkpoint(s.dir.path());
+        } catch (const checkpoint_error& e) {
+            return "checkpoint_error " + e.tensor() + ": " + e.what();
+        } catch (const format_error& e) {
+            return "format_error " + e.field() + ": " + e.reason();
+        }
+        return "opened";
+    };
+    // A tensor listed twice (nlohmann::json alone would keep the last silently).
+    write("{\"weight_map\":{" + entries + ",\"head\":\"" + head_shard + "\"}}");
+    EXPECT_EQ(error_of().rfind("checkpoint_error head: ", 0), 0u) << error_of();
+    EXPECT_NE(error_of().find("listed twice"), std::string::npos) << error_of();
+    write("{\"weight_map\":{" + entries + ",\"zzz\":[1]}}");
+    EXPECT_NE(error_of().find("checkpoint_error zzz: "), std::string::npos) << error_of();
+    EXPECT_NE(error_of().find("not a file name"), std::string::npos) << error_of();
+    write("{\"weight_map\":[1,2]}");
+    EXPECT_EQ(error_of(), "format_error weight_map: missing or not an object");
+    write("{\"metadata\":{}}");
+    EXPECT_EQ(error_of(), "format_error weight_map: missing or not an object");
+    write("[{\"weight_map\":{}}]");
+    EXPECT_EQ(error_of(), "format_error index: not a JSON object");
+    write("{\"weight_map\":{" + entries + "}");  // one brace short
+    EXPECT_EQ(error_of().rfind("format_error index: invalid JSON", 0), 0u) << error_of();
+    // Metadata: strings as written, any other value as its JSON text; other keys and nested
+    // values elsewhere are passed over.
+    write("{\"metadata\":{\"total_size\":123,\"format\":\"pt\",\"ratio\":0.5,\"ok\":true,\"none\":null,"
+          "\"nested\":{\"a\":[1,{\"b\":\"c\"}],\"d\":{}}},\"other\":{\"deep\":[[[{\"x\":1}]]]},"
+          "\"weight_map\":{" + entries + "}}");
+    checkpoint c = open_checkpoint(s.dir.path());
+    EXPECT_EQ(c.tensors.size(), s.all.size());
+    EXPECT_EQ(c.metadata.at("total_size"), "123");
+    EXPECT_EQ(c.metadata.at("format"), "pt");
+    EXPECT_EQ(c.metadata.at("ratio"), nlohmann::json(0.5).dump());
+    EXPECT_EQ(c.metadata.at("ok"), "true");
+    EXPECT_EQ(c.metadata.at("none"), "null");
+    EXPECT_EQ(c.metadata.at("nested"), R"({"a":[1,{"b":"c"}],"d":{}})");
+    EXPECT_EQ(c.metadata.size(), 6u);
+    // A root key given twice counts the last time, as before.
+    write("{\"weight_map\":{\"x\":\"nowhere.safetensors\"},\"weight_map\":{" + entries + "}}");
+    EXPECT_EQ(open_checkpoint(s.dir.path()).tensors.size(), s.all.size());
+}
+
 TEST(Checkpoint, OverlappingOrOutOfFileRangesAreFormatErrors) {
     sample s;
     checkpoint c = open_checkpoint(s.dir.path());
