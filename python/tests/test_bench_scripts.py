@@ -5,6 +5,7 @@ what the tables print, and plots come out as PNGs (or a clear message without ma
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -185,6 +186,27 @@ def test_tp_breakdown_measures_every_case(tmp_path):
     assert cases["tp_seg"]["routes"].get("span", 0) == 0 and cases["tp_seg"]["routes"]["segments"] > 0
     bad = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--cases", "nope"])
     assert bad.returncode != 0 and "unknown case 'nope'" in bad.stderr
+
+
+def test_open_probe_times_the_index_and_the_headers(tmp_path):
+    # A sharded checkpoint with its index: each part is timed and named; a folder without
+    # shards is refused.
+    import numpy as np
+    import ferry
+
+    folder = tmp_path / "ck"
+    ferry.save_checkpoint(str(folder), {"t%02d" % i: np.ones((64, 64), np.float32) for i in range(12)},
+                          max_shard_size="40KB")
+    r = run([os.path.join(BENCH, "open_probe.py"), str(folder), "--rounds", "3"], timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "12 tensors" in r.stdout and "shards" in r.stdout
+    for part in ("index and headers", "the shard files", "one shard", "open and close"):
+        line = next(x for x in r.stdout.splitlines() if part in x)
+        assert re.search(r"min \d+\.\d+ ms, median \d+\.\d+ ms", line), line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = run([os.path.join(BENCH, "open_probe.py"), str(empty)])
+    assert bad.returncode != 0 and "no .safetensors files" in bad.stderr
 
 
 @pytest.mark.skipif(not CLI, reason="FERRY_CLI is not set (ctest sets it to the built CLI)")
