@@ -142,7 +142,8 @@ def worker(kind, folder, repeat):
         if kind == "ferry":
             out = ferry.load_checkpoint(folder, device="cuda", like="torch")
             extra = {"bytes": out.stats["bytes_read"], "first_read_s": out.stats["first_read_seconds"],
-                     "requests": out.stats["requests"], "library_s": out.stats["seconds"]}
+                     "requests": out.stats["requests"], "library_s": out.stats["seconds"],
+                     "open_s": out.stats.get("open_seconds", 0.0)}
         elif kind == "raw":
             out = [ferry.fromfile(p, "uint8", device="cuda", like="torch") for p in files]
             extra = {"bytes": nbytes}
@@ -209,7 +210,7 @@ def worker(kind, folder, repeat):
             rules = ferry.tensor_parallel(0, 2, column=COLUMN, row=ROW)
             out = ferry.load_checkpoint(folder, device="cuda", like="torch", slices=rules)
             extra = {"bytes": out.stats["bytes_read"], "requests": out.stats["requests"],
-                     "library_s": out.stats["seconds"],
+                     "library_s": out.stats["seconds"], "open_s": out.stats.get("open_seconds", 0.0),
                      "routes": sorted({p["route"] for p in out.stats["plan"]})}
         else:
             raise SystemExit("unknown worker " + kind)
@@ -308,6 +309,8 @@ def main():
         if "library_s" in r:  # the C++ load against the whole Python call
             print("%-42s %8.1fms %8.1fms" % (k + ": load in the library / whole call", r["library_s"] * 1e3,
                                                r["seconds"] * 1e3))
+        if "open_s" in r:  # the index and headers, which the call pays and the library's load does not count
+            print("%-42s %8.1fms" % (k + ": open (index and headers)", r["open_s"] * 1e3))
     first = R.get("first", {}).get("first_call", {})
     if first:
         print("%-42s %8.1fms %10s" % ("first call: time to first read", first.get("first_read_s", 0) * 1e3, "< 100ms"))

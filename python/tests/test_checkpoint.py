@@ -56,6 +56,8 @@ def test_loads_hub_sharded_checkpoint_byte_exact(ckpt):
             assert got[k].dtype == v.dtype and got[k].shape == v.shape
             assert got[k].tobytes() == v.tobytes(), k
         assert got.stats["bytes_read"] == sum(v.nbytes for v in ref.values())
+        # the open (index and headers) is timed apart from the load's own seconds
+        assert 0 < got.stats["open_seconds"] < 60 and got.stats["seconds"] > 0
     info = ferry.info_checkpoint(folder)
     assert len(info["shards"]) >= 4 and len(info["tensors"]) == len(sd)
     assert info["metadata"]["total_size"] == str(sum(v.nbytes for v in sd.values()))

@@ -72,6 +72,10 @@ TEST(cli_checkpoint, load_with_patterns_and_slices) {
     // q: half of each; o: two whole, one read as its enclosing span (63 rows + 16 elements).
     std::uint64_t expect = 3 * 32 * 64 * 2 + 2 * 64 * 64 * 2 + 63 * 128 + 16 * 2;
     EXPECT_EQ(j["bytes_read"], expect);
+    // The open (index and headers) is timed apart from the load.
+    ASSERT_TRUE(j.contains("open_seconds")) << r.out;
+    EXPECT_GT(j["open_seconds"].get<double>(), 0.0);
+    EXPECT_LT(j["open_seconds"].get<double>(), 60.0);
     for (const auto& a : j["arrays"]) {
         if (a["name"] == "layers.1.o") {
             EXPECT_EQ(a["shape"], nlohmann::json({64, 16}));
