@@ -143,7 +143,7 @@ def worker(kind, folder, repeat):
             out = ferry.load_checkpoint(folder, device="cuda", like="torch")
             extra = {"bytes": out.stats["bytes_read"], "first_read_s": out.stats["first_read_seconds"],
                      "requests": out.stats["requests"], "library_s": out.stats["seconds"],
-                     "open_s": out.stats.get("open_seconds", 0.0)}
+                     "open_s": out.stats["open_seconds"]}
         elif kind == "raw":
             out = [ferry.fromfile(p, "uint8", device="cuda", like="torch") for p in files]
             extra = {"bytes": nbytes}
@@ -210,7 +210,7 @@ def worker(kind, folder, repeat):
             rules = ferry.tensor_parallel(0, 2, column=COLUMN, row=ROW)
             out = ferry.load_checkpoint(folder, device="cuda", like="torch", slices=rules)
             extra = {"bytes": out.stats["bytes_read"], "requests": out.stats["requests"],
-                     "library_s": out.stats["seconds"], "open_s": out.stats.get("open_seconds", 0.0),
+                     "library_s": out.stats["seconds"], "open_s": out.stats["open_seconds"],
                      "routes": sorted({p["route"] for p in out.stats["plan"]})}
         else:
             raise SystemExit("unknown worker " + kind)

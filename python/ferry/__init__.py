@@ -63,10 +63,11 @@ def register_file(path) -> RegisteredFile:
     registration lives, every read of the file into GPU memory by this process (``fromfile``,
     ``load``, ``load_checkpoint``; ``File.read`` into memory that names no stream) is one DMA
     from those pages, without the staging copy: at the host-to-device copy rate. A read ordered
-    on a stream (``File.read`` into an array whose producer names one) still takes the lanes. The pages stay locked in memory meanwhile,
-    counted against :func:`registration_limit` (half the machine's memory unless
-    :func:`set_registration_limit` says otherwise). A read after the file changed (size or
-    modification time) takes its usual route, and ``ferry.doctor``/the plan's reasons say so.
+    on a stream (``File.read`` into an array whose producer names one) still takes the lanes.
+    The pages stay locked in memory meanwhile, counted against :func:`registration_limit`
+    (half the machine's memory unless :func:`set_registration_limit` says otherwise). A read
+    after the file changed (size or modification time) takes its usual route, and
+    ``ferry.doctor``/the plan's reasons say so.
 
     >>> with ferry.register_file("weights.bin"):                        # doctest: +SKIP
     ...     for _ in range(3):

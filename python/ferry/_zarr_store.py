@@ -109,7 +109,9 @@ class Store(_ZarrStore):
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)
         self.root = Path(root)
-        self._root_text = os.fspath(self.root)
+        text = os.fspath(self.root)
+        self._root_text = text
+        self._root_prefix = text if text.endswith("/") else text + "/"  # chunk paths join to it
 
     def with_read_only(self, read_only: bool = False) -> Store:
         return type(self)(self.root, read_only=read_only)
@@ -149,10 +151,7 @@ class Store(_ZarrStore):
         parts = [p for p in key.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise UsageError("Zarr key %r leaves the store's root %s" % (key, self.root))
-        if not parts:
-            return self._root_text
-        base = self._root_text if self._root_text.endswith("/") else self._root_text + "/"
-        return base + "/".join(parts)
+        return self._root_prefix + "/".join(parts) if parts else self._root_text
 
     # -- reads --------------------------------------------------------------------------------
 

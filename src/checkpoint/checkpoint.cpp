@@ -180,14 +180,17 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
 
     const shard_namer place(index_path);
     const bool remote = is_url(index_path);
-    // tensor -> shard file name, as the index says; the names point into `parsed`, which
-    // outlives these maps.
-    std::unordered_map<std::string_view, const std::string*> placed;
-    placed.reserve(parsed.weight_map.size());
-    std::vector<std::string> names;                   // shard file names, in first-use order
-    std::unordered_map<std::string_view, const std::string*> first_tensor;  // shard file name -> a tensor placed there
-    for (const auto& [tensor, f] : parsed.weight_map) {
-        placed[tensor] = &f;
+    const auto& weight_map = parsed.weight_map;  // sorted by tensor, each once
+    // The shard file the index gives `tensor`, or nullptr.
+    auto placed = [&weight_map](const std::string& tensor) -> const std::string* {
+        auto it = std::lower_bound(weight_map.begin(), weight_map.end(), tensor,
+                                   [](const auto& e, const std::string& n) { return e.first < n; });
+        return it != weight_map.end() && it->first == tensor ? &it->second : nullptr;
+    };
+    std::vector<std::string> names;  // shard file names, in first-use order
+    // shard file name -> a tensor placed there; the names point into `parsed`, which outlives it
+    std::unordered_map<std::string_view, const std::string*> first_tensor;
+    for (const auto& [tensor, f] : weight_map) {
         if (!first_tensor.emplace(f, &tensor).second) continue;  // a shard already checked
         if (std::string no = place.refuse(f); !no.empty()) throw checkpoint_error(index_path, tensor, no);
         std::error_code ec;
@@ -218,19 +221,18 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     // the order of their sorted names, so shard i is names[i].
     for (const auto& t : c.tensors) {
         const std::string& shard = c.shards[t.shard].path;
-        auto it = placed.find(t.name);
-        if (it == placed.end())
-            throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
-        if (*it->second != names[t.shard])
+        const std::string* file = placed(t.name);
+        if (!file) throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
+        if (*file != names[t.shard])
             throw checkpoint_error(shard, t.name, "is in this shard but the index " + shown_index +
-                                                      " places it in " + *it->second);
+                                                      " places it in " + *file);
     }
     // Every tensor of the shards is in the index, each once: the index has more only when it
     // names a tensor that no shard holds.
-    if (placed.size() != c.tensors.size())
-        for (const auto& [tensor, file] : placed)
-            if (!c.find(std::string(tensor)))
-                throw checkpoint_error(place(*file), std::string(tensor),
+    if (weight_map.size() != c.tensors.size())
+        for (const auto& [tensor, file] : weight_map)
+            if (!c.find(tensor))
+                throw checkpoint_error(place(file), tensor,
                                        "the index " + shown_index + " places it here but no shard holds it");
     return c;
 }

@@ -104,7 +104,7 @@ public:
         if (!l.keys.insert(k))
             throw format_error(file_, stack_.size() == 1 ? tensor_field(k) : "header",
                                "duplicate key '" + detail::escape_text(k, 80) + "'");
-        l.key = k;
+        l.key = std::move(k);  // the lexer's buffer, refilled for the next token
         return true;
     }
     bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
@@ -153,8 +153,8 @@ private:
             level& parent = stack_.back();
             switch (parent.what) {
             case role::root:
-                entries_.push_back({parent.key, !is_array, {}, {}, {}, {}});
                 what = is_array ? role::other : parent.key == "__metadata__" ? role::metadata : role::entry;
+                entries_.push_back({std::move(parent.key), !is_array, {}, {}, {}, {}});
                 break;
             case role::entry:
                 if (header_field* f = field_of(parent.key)) {
@@ -187,7 +187,7 @@ private:
         level& l = stack_.back();
         switch (l.what) {
         case role::root:
-            entries_.push_back({l.key, false, {}, {}, {}, {}});
+            entries_.push_back({std::move(l.key), false, {}, {}, {}, {}});
             break;
         case role::entry:
             if (header_field* f = field_of(l.key)) {
