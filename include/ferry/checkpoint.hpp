@@ -136,6 +136,8 @@ enum class route_choice : std::uint8_t { automatic, segments, span };
 /// Progress: bytes read so far and in all. Called on the loading thread.
 using progress_fn = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
+struct checkpoint_plan;
+
 struct checkpoint_load_options {
     /// Where fresh tensors go (ignored for tensors with a destination in `into`).
     placement where = placement::host();
@@ -165,6 +167,12 @@ struct checkpoint_load_options {
     /// array library's own pool, say, whose mapped memory takes copies faster than a fresh
     /// cudaMalloc). The tensors keep the returned array's owner. Empty: ferry allocates.
     std::function<array(std::uint64_t bytes, const placement& where)> allocate;
+    /// Called once on the loading thread as soon as the reads that land in place are under
+    /// way, with the tensors (their bytes not complete yet) and the plan: work that only needs
+    /// the tensors' places (wrapping them for a caller's library, say) overlaps the reads
+    /// instead of following them. Nothing may read or write the tensors' bytes before the load
+    /// returns. An exception from it fails the load once every read has ended.
+    std::function<void(const std::vector<named_array>& tensors, const checkpoint_plan& plan)> while_reading;
 };
 
 /// What the planner decided for one tensor.

@@ -21,6 +21,7 @@ from ._convert import (
     fspath,
     library_converter,
     target,
+    wraps_without_reading,
 )
 from ._errors import UsageError
 
@@ -261,10 +262,14 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         cb = _progress(progress, total)
         # The tensors' shared block comes from the library's own pool, as ferry.fromfile's
         # arrays do: memory it mapped before takes the copies at the full rate.
-        arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
-                                               False, route, cb, block_allocator(lib, dev))
+        # Wrapping the tensors for the library only needs their places, so it runs while the
+        # reads do (where the library's import never reads the bytes).
         convert = library_converter(lib, dev)
-        out = CheckpointTensors((name, convert(a)) for name, a in arrays)
+        early = wraps_without_reading(lib)
+        arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
+                                               False, route, cb, block_allocator(lib, dev),
+                                               convert if early else None)
+        out = CheckpointTensors(arrays if early else ((name, convert(a)) for name, a in arrays))
         out.stats = stats
         return out
 

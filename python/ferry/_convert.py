@@ -222,6 +222,13 @@ def library_converter(lib: str | None, device: str) -> Callable[[_ferry.Array], 
     return lambda a: to_library(a, lib)
 
 
+def wraps_without_reading(lib: str | None) -> bool:
+    """Whether to_library's result for `lib` is a view made without reading the array's bytes
+    (NumPy, CuPy and PyTorch import through the buffer protocol or DLPack), so it may be made
+    while the bytes still arrive. JAX may copy on import, and unknown libraries may too."""
+    return lib in (None, "numpy", "ferry", "cupy", "torch")
+
+
 _TORCH_NAMES = {"bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
                 "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
                 "float16": "float16", "bfloat16": "bfloat16", "float32": "float32",

@@ -157,7 +157,8 @@ def load_checkpoint(
     route: str = "auto",
     progress: Any = None,
     allocate: Any = None,
-) -> tuple[list[tuple[str, Array]], dict[str, Any]]: ...
+    convert: Any = None,
+) -> tuple[list[tuple[str, Any]], dict[str, Any]]: ...
 def save_checkpoint(
     folder: str, arrays: Sequence[tuple[str, Array]], max_shard_size: int,
     metadata: dict[str, str] = ...,

@@ -64,10 +64,22 @@ nb::dict info(const std::vector<std::string>& sources) {
     return out;
 }
 
+nb::dict plan_entry(const tensor_plan& tp) {
+    nb::dict d;
+    d["name"] = tp.name;
+    d["route"] = std::string(to_string(tp.route));
+    d["reason"] = tp.reason;
+    d["bytes_read"] = tp.bytes_read;
+    d["convert"] = tp.convert;
+    d["into"] = tp.into;
+    return d;
+}
+
 nb::tuple load(const std::vector<std::string>& sources, const std::string& device, const std::string& kind,
                const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
-               bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate) {
+               bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate,
+               nb::object convert) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
     if (as) o.as = parse_dtype(*as).type;
@@ -110,6 +122,19 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
             return a;
         };
     }
+    // The result's Python objects (each tensor wrapped by `convert`, the plan's dicts) are
+    // made while the reads run: they need only the tensors' places. They are handed out only
+    // after the load returned, so nothing reads the bytes before they are complete.
+    nb::list arrays;
+    nb::list plan;
+    o.while_reading = [&](const std::vector<named_array>& tensors, const checkpoint_plan& p) {
+        nb::gil_scoped_acquire gil;
+        for (const auto& t : tensors) {
+            nb::object a = nb::cast(t.value);
+            arrays.append(nb::make_tuple(t.name, convert.is_none() ? a : convert(a)));
+        }
+        for (const auto& tp : p.tensors) plan.append(plan_entry(tp));
+    };
     checkpoint_load l;
     double open_seconds = 0;
     {
@@ -119,8 +144,6 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
         open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         l = load_checkpoint(c, o);
     }
-    nb::list arrays;
-    for (auto& t : l.tensors) arrays.append(nb::make_tuple(t.name, nb::cast(std::move(t.value))));
     nb::dict stats;
     stats["bytes_read"] = l.stats.bytes_read;
     stats["bytes_out"] = l.stats.bytes_out;
@@ -134,17 +157,6 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     stats["peak_temp_bytes"] = l.stats.peak_temp_bytes;
     stats["device_temp_bytes"] = l.stats.device_temp_bytes;
     stats["budget_peak_bytes"] = l.stats.budget_peak_bytes;
-    nb::list plan;
-    for (const auto& tp : l.plan.tensors) {
-        nb::dict d;
-        d["name"] = tp.name;
-        d["route"] = std::string(to_string(tp.route));
-        d["reason"] = tp.reason;
-        d["bytes_read"] = tp.bytes_read;
-        d["convert"] = tp.convert;
-        d["into"] = tp.into;
-        plan.append(d);
-    }
     stats["plan"] = plan;
     stats["missing_keys"] = l.plan.missing;
     stats["unexpected_keys"] = l.plan.unexpected;
@@ -160,9 +172,11 @@ void bind_checkpoint(nb::module_& m) {
           "patterns"_a = std::vector<std::string>{}, "slices"_a = std::vector<slice_tuple>{},
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
           "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
-          "allocate"_a = nb::none(),
+          "allocate"_a = nb::none(), "convert"_a = nb::none(),
           "Loads a checkpoint in one plan. Returns ([(name, Array)], stats). `allocate(n)`, when\n"
-          "given, returns the uint8 array of at least n bytes the fresh tensors share.");
+          "given, returns the uint8 array of at least n bytes the fresh tensors share. `convert(a)`,\n"
+          "when given, wraps each Array while the reads run (it must not read the bytes); the list\n"
+          "then holds what it returned.");
     m.def(
         "save_checkpoint",
         [](const std::string& folder, const std::vector<std::pair<std::string, const array*>>& arrays,

@@ -268,6 +268,35 @@ def test_progress_callback(ckpt):
     assert seen and seen[-1][0] == seen[-1][1]
 
 
+def test_results_are_wrapped_while_the_reads_run(ckpt):
+    """The binding wraps each tensor (convert) while its bytes arrive; what it returns is the
+    wrapped object, complete once the call returned; an error of the wrapping is the call's."""
+    from ferry import _ferry
+
+    folder, sd = ckpt
+    ref = reference(folder)
+    wrapped = []
+
+    def convert(a):
+        wrapped.append(a)
+        return ("wrapped", a)
+
+    arrays, stats = _ferry.load_checkpoint([folder], convert=convert)
+    assert len(wrapped) == len(ref) == len(arrays) == len(stats["plan"])
+    for (name, (tag, a)), w in zip(arrays, wrapped):
+        assert tag == "wrapped" and a is w
+        assert np.from_dlpack(a).tobytes() == ref[name].tobytes(), name
+
+    def fails(a):
+        raise ValueError("no wrapping today")
+
+    with pytest.raises(ValueError, match="no wrapping today"):
+        _ferry.load_checkpoint([folder], convert=fails)
+    # the library holds nothing back after the failed call
+    got = ferry.load_checkpoint(folder, like="numpy")
+    assert all(got[k].tobytes() == v.tobytes() for k, v in ref.items())
+
+
 def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
     sd = _state(1)
     folder = str(tmp_path / "out")

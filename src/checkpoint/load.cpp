@@ -138,6 +138,20 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                            : static_cast<unsigned char*>(block.data()) + at[i];
     };
 
+    // The tensors as returned: their places are fixed from here on, so a caller's
+    // while_reading can wrap them while the bytes arrive.
+    checkpoint_load out;
+    out.tensors.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const geometry& g = geo[i];
+        const tensor_plan& p = plans[i];
+        if (g.into)
+            out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
+        else
+            out.tensors.push_back({p.name, array(block.owner(), dst_of(i), p.type, p.shape, o.where,
+                                                 storage_order::c, byte_order::little)});
+    }
+
     range_reader reader(c.shards, o.where.on_gpu());
 
     // Completion bookkeeping: a tensor is complete when none of its requests or pieces is left.
@@ -232,6 +246,16 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     std::vector<range_batch> direct_inflight;
     direct_inflight.reserve(direct_batches.size());
     for (const auto& b : direct_batches) direct_inflight.push_back(reader.submit(b));
+    // The caller's work on the tensors' places overlaps these reads; its error waits until
+    // every read has ended, since the reads land in memory the tensors own.
+    std::exception_ptr caller_error;
+    if (o.while_reading) {
+        try {
+            o.while_reading(out.tensors, d.plan);
+        } catch (...) {
+            caller_error = std::current_exception();
+        }
+    }
 
     std::uint64_t hold_bytes = 0;
     std::uint64_t device_temp = 0;
@@ -396,18 +420,8 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                            describe(first_error);
         throw checkpoint_io_error(std::move(what), std::move(complete), std::move(incomplete));
     }
+    if (caller_error) std::rethrow_exception(caller_error);
 
-    checkpoint_load out;
-    out.tensors.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const geometry& g = geo[i];
-        const tensor_plan& p = plans[i];
-        if (g.into)
-            out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
-        else
-            out.tensors.push_back({p.name, array(block.owner(), dst_of(i), p.type, p.shape, o.where,
-                                                 storage_order::c, byte_order::little)});
-    }
     out.stats.bytes_read = reader.bytes_requested();
     out.stats.bytes_out = d.plan.bytes_out;
     out.stats.tensors = n;

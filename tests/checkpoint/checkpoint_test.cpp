@@ -497,6 +497,65 @@ TEST(Checkpoint, IoErrorMidLoadSaysWhichTensorsAreComplete) {
     }
 }
 
+// while_reading sees the tensors at the places the load returns, once, while the reads run;
+// its error fails the load only after every read ended (a caller's destination is complete).
+void check_while_reading(placement where) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    checkpoint_load_options o;
+    o.where = where;
+    o.slices["layer.0.o"] = tensor_slice::split(1, 2, 1);  // row segments
+    o.slices["embed"] = tensor_slice::split(0, 2, 0);
+    array dst(dtype::float32, {32, 48}, where);
+    o.into["layer.1.o"] = dst;
+    std::vector<std::tuple<std::string, const void*, std::vector<std::int64_t>>> seen;
+    std::size_t planned = 0;
+    int calls = 0;
+    o.while_reading = [&](const std::vector<named_array>& ts, const checkpoint_plan& p) {
+        ++calls;
+        for (const auto& t : ts) seen.emplace_back(t.name, t.value.data(), t.value.shape());
+        planned = p.tensors.size();
+    };
+    auto l = load_checkpoint(c, o);
+    EXPECT_EQ(calls, 1);
+    ASSERT_EQ(seen.size(), l.tensors.size());
+    EXPECT_EQ(planned, l.tensors.size());
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        EXPECT_EQ(std::get<0>(seen[i]), l.tensors[i].name);
+        EXPECT_EQ(std::get<1>(seen[i]), l.tensors[i].value.data()) << l.tensors[i].name;
+        EXPECT_EQ(std::get<2>(seen[i]), l.tensors[i].value.shape()) << l.tensors[i].name;
+    }
+    EXPECT_EQ(find(l, "layer.1.o").data(), dst.data());
+    check_slice(s.get("layer.0.o"), find(l, "layer.0.o").copy_to(placement::host()), 1, 24);
+    EXPECT_TRUE(same(find(l, "head").copy_to(placement::host()), s.get("head")));
+
+    array fresh(dtype::float32, {32, 48}, where);
+    o.into["layer.1.o"] = fresh;
+    o.while_reading = [](const std::vector<named_array>&, const checkpoint_plan&) {
+        throw std::runtime_error("the caller's wrapping failed");
+    };
+    EXPECT_THROW(
+        {
+            try {
+                load_checkpoint(c, o);
+            } catch (const std::runtime_error& e) {
+                EXPECT_STREQ(e.what(), "the caller's wrapping failed");
+                throw;
+            }
+        },
+        std::runtime_error);
+    EXPECT_TRUE(same(fresh.copy_to(placement::host()), s.get("layer.1.o")));
+}
+
+TEST(Checkpoint, WhileReadingSeesTheReturnedPlacesAndItsErrorWaitsForTheReads) {
+    check_while_reading(placement::host());
+}
+
+TEST(Checkpoint, WhileReadingOnTheGpu) {
+    FERRY_REQUIRE_GPU();
+    check_while_reading(placement::cuda(0));
+}
+
 TEST(Checkpoint, SaveRemovesAnOlderIndexFirstAndWritesItLast) {
     sample s;
     auto before = fs::last_write_time(s.dir / "model.safetensors.index.json");
