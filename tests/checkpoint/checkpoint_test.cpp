@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cstring>
 #include <filesystem>
@@ -437,6 +438,13 @@ TEST(Checkpoint, MalformedIndexesAreNamedAndMetadataKeepsItsText) {
     // A root key given twice counts the last time, as before.
     write("{\"weight_map\":{\"x\":\"nowhere.safetensors\"},\"weight_map\":{" + entries + "}}");
     EXPECT_EQ(open_checkpoint(s.dir.path()).tensors.size(), s.all.size());
+    // Shard headers are read while the index is parsed, but only of names that pass the
+    // checks: a FIFO named first is never opened (an open would wait for a writer).
+    const std::string fifo = s.dir / "a-fifo.safetensors";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    write("{\"weight_map\":{\"aaa\":\"a-fifo.safetensors\"," + entries + "}}");
+    EXPECT_EQ(error_of().rfind("checkpoint_error aaa: ", 0), 0u) << error_of();
+    EXPECT_NE(error_of().find("does not exist"), std::string::npos) << error_of();
 }
 
 TEST(Checkpoint, OverlappingOrOutOfFileRangesAreFormatErrors) {
