@@ -163,6 +163,12 @@ class Store(_ZarrStore):
     ) -> Buffer | None:
         if not self._is_open:
             await self._open()
+        if _is_metadata(key) and is_gpu_prototype(prototype):
+            # zarr parses its metadata documents on the host: read into host memory, they
+            # reach the GPU buffer zarr asks for in one small copy, instead of a GPU read and
+            # a copy back for the parse.
+            view = (await self.read_many_raw([ReadRequest(key, byte_range)], on_gpu=False))[0]
+            return None if view is None else prototype.buffer.from_bytes(view.tobytes())
         return (await self.read_many([ReadRequest(key, byte_range)], prototype))[0]
 
     async def get_partial_values(
@@ -467,6 +473,14 @@ class PendingReads:
 def _length(span: tuple[int, int] | None) -> int:
     assert span is not None
     return span[1] - span[0]
+
+
+_METADATA_NAMES = frozenset(("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"))
+
+
+def _is_metadata(key: str) -> bool:
+    """Whether `key` names one of zarr's metadata documents (v3 or v2)."""
+    return key.rpartition("/")[2] in _METADATA_NAMES
 
 
 def _count(name: str, n: int = 1) -> None:

@@ -612,6 +612,7 @@ def test_gpu_write_read_by_zarr(tmp_path, cupy, nvcomp):
 
 
 def test_gpu_store_buffers_are_on_the_device(tmp_path, cupy):
+    from zarr.abc.store import RangeByteRequest
     from zarr.core.buffer import gpu
     from zarr.core.sync import sync
 
@@ -620,6 +621,17 @@ def test_gpu_store_buffers_are_on_the_device(tmp_path, cupy):
     buf = sync(store.get("k", gpu.buffer_prototype))
     assert isinstance(buf.as_array_like(), cupy.ndarray)
     assert buf.to_bytes() == b"0123456789"
+    # metadata documents are read on the host, and still handed over in the GPU buffer asked
+    # for; byte ranges hold, a missing one is None
+    doc = b'{"zarr_format": 3, "node_type": "group"}'
+    sync(store.set("g/zarr.json", default_buffer_prototype().buffer.from_bytes(doc)))
+    for key, rng, want in (("g/zarr.json", None, doc), ("g/zarr.json", RangeByteRequest(1, 12), doc[1:12]),
+                           ("g/.zattrs", None, None)):
+        buf = sync(store.get(key, gpu.buffer_prototype, rng))
+        if want is None:
+            assert buf is None
+        else:
+            assert isinstance(buf.as_array_like(), cupy.ndarray) and buf.to_bytes() == want
 
 
 @pytest.mark.parametrize("endian", ["little", "big"])
