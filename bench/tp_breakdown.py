@@ -69,15 +69,16 @@ def main():
                 routes = {}
                 for p in s["plan"]:
                     routes[p["route"]] = routes.get(p["route"], 0) + 1
-                best[c] = {"library_s": s["seconds"], "call_s": call, "first_read_s": s["first_read_seconds"],
+                best[c] = {"library_s": s["seconds"], "call_s": call, "open_s": s["open_seconds"],
+                           "first_read_s": s["first_read_seconds"],
                            "bytes": s["bytes_read"], "requests": s["requests"], "routes": routes}
             del out
-    print("%-9s %10s %10s %10s %10s %9s %8s  %s" % ("case", "library", "call", "1st read", "MB read", "requests",
-                                                   "GB/s", "routes"))
+    print("%-9s %10s %10s %10s %10s %10s %9s %8s  %s" % ("case", "library", "call", "open", "1st read", "MB read",
+                                                        "requests", "GB/s", "routes"))
     for c in cases:
         r = best[c]
-        print("%-9s %8.1fms %8.1fms %8.2fms %10.0f %9d %8.1f  %s" % (
-            c, r["library_s"] * 1e3, r["call_s"] * 1e3, r["first_read_s"] * 1e3, r["bytes"] / 1e6, r["requests"],
+        print("%-9s %8.1fms %8.1fms %8.2fms %8.2fms %10.0f %9d %8.1f  %s" % (
+            c, r["library_s"] * 1e3, r["call_s"] * 1e3, r["open_s"] * 1e3, r["first_read_s"] * 1e3, r["bytes"] / 1e6, r["requests"],
             r["bytes"] / r["library_s"] / 1e9, " ".join("%s %d" % kv for kv in sorted(r["routes"].items()))))
     if "whole" in best and "tp" in best:
         print("tp vs whole: %.2fx in the library, %.2fx by the call" % (
