@@ -40,7 +40,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr.storage import StorePath
 
 from . import _zarr_kernels as K
-from ._zarr_store import ReadRequest, Store, is_gpu_prototype
+from ._zarr_store import DeviceRange, ReadRequest, Store, is_gpu_prototype
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, NDBuffer
@@ -145,11 +145,13 @@ class CodecPipeline(BatchedCodecPipeline):
         on_gpu = is_gpu_prototype(batch[0][1].prototype)
         store: Store = batch[0][0].store
         out_arr = out.as_ndarray_like()
+        direct_targets = self._direct_targets(out_arr, batch, drop_axes, on_gpu)
+        if all(t is not None for t in direct_targets):
+            await _read_in_place(store, batch, direct_targets, out, drop_axes, on_gpu)
+            return
         # Chunks read straight into `out` hold no memory of their own: only the others count
-        # towards a group's bytes (an uncompressed read is one group, one plan).
-        targets = {
-            id(item): self._direct_target(out_arr, item, drop_axes, on_gpu) for item in batch
-        }
+        # towards a group's bytes.
+        targets = {id(item): t for item, t in zip(batch, direct_targets)}
         groups = _groups(batch, lambda item: targets[id(item)] is None)
 
         def requests(group: list[_BatchItem]) -> list[ReadRequest]:
@@ -175,6 +177,37 @@ class CodecPipeline(BatchedCodecPipeline):
             direct = [r.into is not None and v is not None for r, v in zip(done_reqs, views)]
             K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(direct))
             _place(out, group, decoded, drop_axes, skip=direct)
+
+    def _direct_targets(
+        self, out_arr: Any, batch: list[_BatchItem], drop_axes: tuple[int, ...], on_gpu: bool
+    ) -> list[Any]:
+        """_direct_target of every item. Into a C-contiguous `out` the places are worked out
+        from the selections' numbers, without an array operation per chunk (on the GPU three
+        CuPy calls a chunk cost about 6 us, 1.5 ms for a read of 256 chunks)."""
+        ab = self.array_bytes_codec
+        spec0 = batch[0][1]
+        if drop_axes or self.array_array_codecs or self.bytes_bytes_codecs:
+            return [None] * len(batch)
+        assert isinstance(ab, BytesCodec)
+        dt = _result_dtype(spec0, on_gpu)
+        want = _dtype_order(dt)
+        if out_arr.dtype != dt or (
+            want is not None and ab.endian is not None and ab.endian.value != want
+        ):
+            return [None] * len(batch)
+        if not out_arr.flags.c_contiguous or out_arr.ndim == 0:
+            return [self._direct_target(out_arr, item, drop_axes, on_gpu) for item in batch]
+        shape = tuple(int(n) for n in out_arr.shape)
+        nd = len(shape)
+        strides = [out_arr.itemsize] * nd  # C order
+        for d in range(nd - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        place = _DevicePlace(out_arr) if on_gpu else _HostPlace(out_arr)
+        out: list[Any] = []
+        for _bg, spec, _chunk_sel, out_sel, complete in batch:
+            at = _contiguous_region(out_sel, tuple(spec.shape), shape, strides) if complete else None
+            out.append(None if at is None else place(at[0], at[1]))
+        return out
 
     def _direct_target(
         self, out_arr: Any, item: _BatchItem, drop_axes: tuple[int, ...], on_gpu: bool
@@ -516,6 +549,99 @@ def _to_bytes(a: Any, stored: str | None, on_gpu: bool) -> Any:
 def _fill(spec: ArraySpec) -> Any:
     fill = spec.fill_value
     return spec.dtype.default_scalar() if fill is None else fill
+
+
+def _contiguous_region(
+    sel: Any, chunk: tuple[int, ...], shape: tuple[int, ...], strides: list[int]
+) -> tuple[int, int] | None:
+    """(byte offset, bytes) of the region `sel` (unit-step slices, one per dimension) of a
+    C-contiguous array of `shape`, when it has the extent `chunk` and is contiguous; else
+    None. Contiguous: the dimensions before the first one not taken whole have extent 1."""
+    if not isinstance(sel, tuple) or len(sel) != len(shape):
+        return None
+    offset = 0
+    nbytes = strides[-1]
+    partial_seen = False
+    for d in range(len(shape) - 1, -1, -1):
+        s = sel[d]
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            return None
+        start, stop, _ = s.indices(shape[d])
+        extent = stop - start
+        if extent != chunk[d]:
+            return None
+        if partial_seen and extent != 1:
+            return None
+        if extent != shape[d]:
+            partial_seen = True
+        offset += start * strides[d]
+        nbytes *= extent
+    return offset, nbytes
+
+
+class _HostPlace:
+    """Host regions of `out` as 1-D uint8 views."""
+
+    def __init__(self, out_arr: Any) -> None:
+        self.flat = out_arr.reshape(-1).view(np.uint8)
+
+    def __call__(self, offset: int, nbytes: int) -> Any:
+        return self.flat[offset : offset + nbytes]
+
+
+class _DevicePlace:
+    """GPU regions of `out` as the store's device ranges (no CuPy view a chunk)."""
+
+    def __init__(self, out_arr: Any) -> None:
+        self.out = out_arr
+        self.ptr = int(out_arr.data.ptr)
+
+    def __call__(self, offset: int, nbytes: int) -> Any:
+        return DeviceRange(self.out, self.ptr + offset, nbytes)
+
+
+async def _read_in_place(
+    store: Store,
+    batch: list[_BatchItem],
+    targets: list[Any],
+    out: NDBuffer,
+    drop_axes: tuple[int, ...],
+    on_gpu: bool,
+) -> None:
+    """Every chunk of the batch read straight into its place in `out`. The requests go out in
+    slices, a small one first, so that the reads start after a few file opens rather than all
+    of them (opening 256 chunk files took about 1.7 ms on the H200 machine), and the lanes read
+    on while the next slice is opened. Every slice is awaited before an error is raised, since
+    the reads land in `out`."""
+    pending = []
+    start, step = 0, _FIRST_SLICE
+    error: BaseException | None = None
+    try:
+        while start < len(batch):
+            part = slice(start, start + step)
+            reqs = [ReadRequest(item[0].path, None, t) for item, t in zip(batch[part], targets[part])]
+            pending.append((part, store.start_reads(reqs, on_gpu=on_gpu)))
+            start, step = start + step, _NEXT_SLICE
+    except BaseException as e:
+        error = e
+    placed = 0
+    for part, reads in pending:
+        try:
+            views = await reads.wait()
+        except BaseException as e:  # every slice is awaited, whatever failed before
+            error = error or e
+            continue
+        found = [v is not None for v in views]
+        placed += sum(found)
+        if error is None:
+            _place(out, batch[part], [None] * len(views), drop_axes, skip=found)
+    K.count("chunks_gpu" if on_gpu else "chunks_cpu", placed)
+    if error is not None:
+        raise error
+
+
+_FIRST_SLICE = 16
+_NEXT_SLICE = 64
 
 
 def _groups(

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from zarr.core.buffer import Buffer, BufferPrototype
 
-__all__ = ["PendingReads", "ReadRequest", "Store", "is_gpu_prototype"]
+__all__ = ["DeviceRange", "PendingReads", "ReadRequest", "Store", "is_gpu_prototype"]
 
 # Views of one batch start at this alignment: nvCOMP's batched decoders and the CRC kernel want
 # 16-byte aligned inputs, and 256 bytes keeps each view on its own cache lines.
@@ -253,7 +253,9 @@ class Store(_ZarrStore):
                 view = req.into if req.into is not None else block[off : off + span[1] - span[0]]
                 out.append(view)
                 if span[1] > span[0]:
-                    pieces.append((files[req.key], span[0], _Unordered(view) if on_gpu else view))
+                    if on_gpu and not isinstance(view, DeviceRange):
+                        view = _Unordered(view)
+                    pieces.append((files[req.key], span[0], view))
                     nbytes += span[1] - span[0]
             # One batch for every chunk of the read: on the GPU their bytes share the stream
             # lanes' buffers, so chunks of a few MiB move like one large read.
@@ -416,6 +418,26 @@ class _Unordered:
             "shape": (int(view.size),),
             "typestr": "|u1",
             "data": (int(view.data.ptr), False),
+            "strides": None,
+            "stream": None,
+            "version": 3,
+        }
+
+
+class DeviceRange:
+    """`nbytes` bytes of GPU memory at `ptr`, inside `owner` (a CuPy array kept alive while
+    the reads run): a request's destination offered as _Unordered offers a view, made
+    without a CuPy call."""
+
+    __slots__ = ("__cuda_array_interface__", "_owner", "nbytes")
+
+    def __init__(self, owner: Any, ptr: int, nbytes: int) -> None:
+        self._owner = owner
+        self.nbytes = nbytes
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
             "strides": None,
             "stream": None,
             "version": 3,

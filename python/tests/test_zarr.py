@@ -656,6 +656,48 @@ def test_uncompressed_rows_read_in_place(tmp_path, endian):
         assert s["plans"] == 1
 
 
+def test_many_chunks_read_in_place_in_slices(tmp_path):
+    # a read of many whole uncompressed chunks goes out in a few plans (a small one first),
+    # every chunk straight into the result, missing ones the fill value
+    from ferry import _zarr_pipeline as P
+
+    n_chunks = 100
+    data = np.arange(n_chunks * 32, dtype="float32")
+    z = zarr.create_array(store=str(tmp_path / "m.zarr"), shape=data.shape, chunks=(32,),
+                          dtype="float32", compressors=None, fill_value=-2)
+    z[:] = data
+    for i in (3, 17, 99):  # chunks that are not there read as the fill value
+        os.unlink(tmp_path / "m.zarr" / "c" / str(i))
+    ref = zarr.open_array(store=str(tmp_path / "m.zarr"), mode="r")[...]
+    got, s = _read_counted(tmp_path / "m.zarr")
+    _same(got, ref)
+    slices = 1 + -(-(n_chunks - P._FIRST_SLICE) // P._NEXT_SLICE)
+    assert s["plans"] == slices and s["chunks_cpu"] == n_chunks - 3
+
+
+def test_contiguous_region_agrees_with_numpy():
+    from ferry._zarr_pipeline import _contiguous_region
+
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        shape = tuple(int(x) for x in rng.integers(1, 6, rng.integers(1, 4)))
+        a = np.zeros(shape, dtype="int16")
+        strides = list(a.strides)
+        sel = []
+        for n in shape:
+            lo = int(rng.integers(0, n))
+            sel.append(slice(lo, int(rng.integers(lo + 1, n + 1))))
+        sel = tuple(sel)
+        region = a[sel]
+        want = None
+        if region.flags.c_contiguous:
+            want = (region.__array_interface__["data"][0] - a.__array_interface__["data"][0], region.nbytes)
+        assert _contiguous_region(sel, region.shape, shape, strides) == want, (shape, sel)
+        # another extent than the chunk's, or a step, is never a region
+        assert _contiguous_region(sel, tuple(x + 1 for x in region.shape), shape, strides) is None
+        assert _contiguous_region((slice(0, 1, 2),) + sel[1:], region.shape, shape, strides) is None
+
+
 def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
     from ferry import _zarr_kernels as K
 
