@@ -29,6 +29,20 @@ execute_process(COMMAND python3 -c "import nvidia, os; print(';'.join(os.path.jo
 ferry_find_header(FERRY_CUFILE_INCLUDE cufile.h "cufile.h (CUDA toolkit or pip nvidia-cufile)"
                   ${CUDAToolkit_INCLUDE_DIRS} ${FERRY_WHEEL_INCLUDE})
 
+# simdjson (Debian's libsimdjson-dev, a shared library): safetensors headers and checkpoint
+# indexes are parsed at GB/s, on every open (src/formats, src/checkpoint).
+ferry_find_header(FERRY_SIMDJSON_INCLUDE simdjson.h "simdjson")
+find_library(FERRY_SIMDJSON_LIB simdjson HINTS ${FERRY_DEPS_DIR}/lib)
+if(NOT FERRY_SIMDJSON_LIB)
+  message(FATAL_ERROR "ferry needs simdjson (libsimdjson.so); run scripts/deps.sh")
+endif()
+add_library(ferry_simdjson INTERFACE)
+target_include_directories(ferry_simdjson SYSTEM INTERFACE ${FERRY_SIMDJSON_INCLUDE})
+target_link_libraries(ferry_simdjson INTERFACE ${FERRY_SIMDJSON_LIB})
+# An installed libferry finds a simdjson that lies outside the system's directories (a bundle
+# in .deps/lib) where it was built against.
+set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+
 add_library(ferry_third_party INTERFACE)
 target_include_directories(ferry_third_party SYSTEM INTERFACE
   ${FERRY_CLI11_INCLUDE} ${FERRY_JSON_INCLUDE} ${FERRY_XXHASH_INCLUDE})

@@ -18,6 +18,7 @@ have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
+have_header simdjson.h || missing+=(libsimdjson-dev)
 # nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
@@ -72,5 +73,12 @@ if [ "${1:-}" = "--bundle" ]; then
   # libcurl's headers (the library itself is on most machines; its -dev package often is not).
   rm -rf .deps/include/curl
   cp -r "$(dirname "$(echo '#include <curl/curl.h>' | ${CXX:-c++} -H -E -x c++ - 2>&1 >/dev/null | sed -n 's/^\. //p' | head -1)")" .deps/include/curl
+  # simdjson: its header and its shared library (a build there links it from .deps/lib).
+  cp "$(find_include simdjson.h)" .deps/include/
+  mkdir -p .deps/lib
+  # Plain files, no links: the soname the build records, and the name the linker looks for.
+  sj=$(readlink -f /usr/lib/x86_64-linux-gnu/libsimdjson.so)
+  cp "$sj" .deps/lib/libsimdjson.so
+  cp "$sj" ".deps/lib/$(objdump -p "$sj" | awk '/SONAME/ {print $2}')"
   echo "deps: bundle in .deps/ ($(du -sh .deps | cut -f1))"
 fi

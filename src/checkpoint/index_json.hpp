@@ -1,7 +1,7 @@
 // The JSON of a checkpoint's index (model.safetensors.index.json): its metadata and its
-// weight_map, read through nlohmann::json's SAX interface. A DOM of the index (a std::map node
-// and two strings per tensor) cost about 1 ms to build and free for 819 tensors (CPU machine),
-// on every load, and would be 100x that for a checkpoint of 90,000 tensors.
+// weight_map, parsed by simdjson. nlohmann::json's parse, even through its SAX interface, took
+// 1.2 ms for the index of 819 tensors on the H200 machine (about 50 MB/s), on every load, and
+// would take 100x that for a checkpoint of 90,000 tensors; simdjson's takes a few percent of it.
 #pragma once
 
 #include <functional>
