@@ -130,22 +130,24 @@ std::vector<checkpoint_shard> read_headers(const std::vector<std::string>& paths
     return shards;
 }
 
-// Every tensor of every shard, each in exactly one shard.
+// Every tensor of every shard, each in exactly one shard. Sorted by name (shard order among
+// equal names), a tensor in two shards is two neighbours.
 void collect_tensors(checkpoint& c) {
-    std::unordered_map<std::string, std::size_t> seen;
+    std::size_t n = 0;
+    for (const auto& sh : c.shards) n += sh.header.tensors.size();
+    c.tensors.reserve(n);
     for (std::size_t s = 0; s < c.shards.size(); ++s) {
         const auto& sh = c.shards[s];
-        for (const auto& t : sh.header.tensors) {
-            auto [it, fresh] = seen.emplace(t.name, s);
-            if (!fresh)
-                throw checkpoint_error(sh.path, t.name,
-                                       "is also in shard " + shown(c.shards[it->second].path));
+        for (const auto& t : sh.header.tensors)
             c.tensors.push_back({t.name, t.type, t.shape, s, sh.header.data_offset + t.begin,
                                  t.end - t.begin});
-        }
     }
-    std::sort(c.tensors.begin(), c.tensors.end(),
-              [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::stable_sort(c.tensors.begin(), c.tensors.end(),
+                     [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (std::size_t i = 1; i < c.tensors.size(); ++i)
+        if (c.tensors[i].name == c.tensors[i - 1].name)
+            throw checkpoint_error(c.shards[c.tensors[i].shard].path, c.tensors[i].name,
+                                   "is also in shard " + shown(c.shards[c.tensors[i - 1].shard].path));
 }
 
 std::string read_index_text(const std::string& index_path) {
@@ -233,12 +235,6 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     c.index_path = index_path;
     c.metadata = std::move(parsed.metadata);
     const auto& weight_map = parsed.weight_map;  // sorted by tensor, each once
-    // The shard file the index gives `tensor`, or nullptr.
-    auto placed = [&weight_map](const std::string& tensor) -> const std::string* {
-        auto it = std::lower_bound(weight_map.begin(), weight_map.end(), tensor,
-                                   [](const auto& e, const std::string& n) { return e.first < n; });
-        return it != weight_map.end() && it->first == tensor ? &it->second : nullptr;
-    };
     std::vector<std::string> names;  // shard file names, in first-use order
     // shard file name -> a tensor placed there; the names point into `parsed`, which outlives it
     std::unordered_map<std::string_view, const std::string*> first_tensor;
@@ -270,14 +266,18 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     collect_tensors(c);
 
     // The index and the headers must agree on every tensor's shard. The shards were read in
-    // the order of their sorted names, so shard i is names[i].
+    // the order of their sorted names, so shard i is names[i]. Both lists are sorted by name:
+    // one walk along them both.
+    std::size_t w = 0;
     for (const auto& t : c.tensors) {
+        while (w < weight_map.size() && weight_map[w].first < t.name) ++w;
         const std::string& shard = c.shards[t.shard].path;
-        const std::string* file = placed(t.name);
-        if (!file) throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
-        if (*file != names[t.shard])
+        if (w == weight_map.size() || weight_map[w].first != t.name)
+            throw checkpoint_error(shard, t.name, "is in this shard but not in the index " + shown_index);
+        const std::string& file = weight_map[w].second;
+        if (file != names[t.shard])
             throw checkpoint_error(shard, t.name, "is in this shard but the index " + shown_index +
-                                                      " places it in " + *file);
+                                                      " places it in " + file);
     }
     // Every tensor of the shards is in the index, each once: the index has more only when it
     // names a tensor that no shard holds.
