@@ -608,40 +608,15 @@ async def _read_in_place(
     drop_axes: tuple[int, ...],
     on_gpu: bool,
 ) -> None:
-    """Every chunk of the batch read straight into its place in `out`. The requests go out in
-    slices, a small one first, so that the reads start after a few file opens rather than all
-    of them (opening 256 chunk files took about 1.7 ms on the H200 machine), and the lanes read
-    on while the next slice is opened. Every slice is awaited before an error is raised, since
-    the reads land in `out`."""
-    pending = []
-    start, step = 0, _FIRST_SLICE
-    error: BaseException | None = None
-    try:
-        while start < len(batch):
-            part = slice(start, start + step)
-            reqs = [ReadRequest(item[0].path, None, t) for item, t in zip(batch[part], targets[part])]
-            pending.append((part, store.start_reads(reqs, on_gpu=on_gpu)))
-            start, step = start + step, _NEXT_SLICE
-    except BaseException as e:
-        error = e
-    placed = 0
-    for part, reads in pending:
-        try:
-            views = await reads.wait()
-        except BaseException as e:  # every slice is awaited, whatever failed before
-            error = error or e
-            continue
-        found = [v is not None for v in views]
-        placed += sum(found)
-        if error is None:
-            _place(out, batch[part], [None] * len(views), drop_axes, skip=found)
-    K.count("chunks_gpu" if on_gpu else "chunks_cpu", placed)
-    if error is not None:
-        raise error
-
-
-_FIRST_SLICE = 16
-_NEXT_SLICE = 64
+    """Every chunk of the batch read straight into its place in `out`, in one plan; missing
+    chunks get the fill value. (Sending the requests in slices, so that the first reads start
+    after a few file opens rather than all of them, measured the same on the H200 machine:
+    0.953x against 0.950x the raw read of 4 GiB in 256 chunks.)"""
+    reqs = [ReadRequest(item[0].path, None, t) for item, t in zip(batch, targets)]
+    views = await store.start_reads(reqs, on_gpu=on_gpu).wait()
+    found = [v is not None for v in views]
+    K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(found))
+    _place(out, batch, [None] * len(views), drop_axes, skip=found)
 
 
 def _groups(
