@@ -40,8 +40,13 @@ add_library(ferry_simdjson INTERFACE)
 target_include_directories(ferry_simdjson SYSTEM INTERFACE ${FERRY_SIMDJSON_INCLUDE})
 target_link_libraries(ferry_simdjson INTERFACE ${FERRY_SIMDJSON_LIB})
 # An installed libferry finds a simdjson that lies outside the system's directories (a bundle
-# in .deps/lib) where it was built against.
-set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+# in .deps/lib, which CMake's INSTALL_RPATH_USE_LINK_PATH leaves out as part of the project)
+# where it was built against.
+get_filename_component(FERRY_SIMDJSON_DIR "${FERRY_SIMDJSON_LIB}" DIRECTORY)
+set(FERRY_INSTALL_RPATH "")
+if(NOT FERRY_SIMDJSON_DIR IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+  set(FERRY_INSTALL_RPATH "${FERRY_SIMDJSON_DIR}")
+endif()
 
 add_library(ferry_third_party INTERFACE)
 target_include_directories(ferry_third_party SYSTEM INTERFACE
