@@ -28,7 +28,8 @@ std::string tensor_field(std::string_view name) {
 // shards of 819 tensors on the H200 machine, every load). The walk refuses duplicate keys,
 // which a map would resolve to the last one and the reference refuses, and arrays of more than
 // 1024 items; the parse refuses nesting deeper than four levels (root, entry, field, array):
-// a valid header needs no more.
+// a valid header needs no more. While it runs the parse holds about four bytes per header byte
+// (209 MB for a 52 MB header of metadata, CPU machine), all given back when it returns.
 
 /// A number of a shape or of data_offsets: `ok` when it is a non-negative integer.
 struct header_number {
