@@ -1,4 +1,5 @@
-"""ferry.zarr.Store: a zarr-python 3 store over a local directory, read and written by ferry.
+"""ferry.zarr.Store: a zarr-python 3 store over a local directory, read and written by ferry,
+or over a remote prefix (``s3://bucket/prefix``, ``https://host/path``), read by ferry.
 
 Chunk bytes land straight in the memory zarr asks for: GPU memory when the buffer prototype is
 zarr's GPU prototype (``zarr.config.enable_gpu()``), host memory otherwise. The requests of one
@@ -9,7 +10,8 @@ then awaited together. zarr's own LocalStore reads one chunk per call, each in f
 Python's thread pool.
 
 Writes go through ferry too: a temporary file in the key's directory, renamed over the key, so
-a reader never sees half a chunk.
+a reader never sees half a chunk. A remote store is read-only and cannot be listed (an HTTP
+prefix has no listing): arrays are opened by their path, as zarr's ``open_array`` does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -35,7 +39,7 @@ from zarr.abc.store import (
 )
 
 from . import _ferry
-from ._errors import UsageError, _file_error_class
+from ._errors import RemoteError, UsageError, _file_error_class
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -88,36 +92,71 @@ def _span(size: int, byte_range: ByteRequest | None) -> tuple[int, int]:
     raise UsageError("unknown byte range %r" % (byte_range,))
 
 
+_REMOTE = re.compile(r"^(s3|https?)://", re.IGNORECASE)
+
+
+def _shown(url: str) -> str:
+    """A URL as messages show it: credentials in it replaced by ***."""
+    return re.sub(r"^([a-zA-Z0-9+.-]+://)[^/@]*@", r"\1***@", url)
+
+
 class Store(_ZarrStore):
-    """A zarr store over the directory `root`, whose reads and writes go through ferry.
+    """A zarr store over the directory `root`, whose reads and writes go through ferry; or,
+    read-only, over a remote prefix (``s3://bucket/prefix``, ``http(s)://host/path``) whose
+    objects ferry reads (ranged GETs, credentials as for every ferry URL: docs/remote.md).
 
     Use it wherever zarr takes a store::
 
         z = zarr.open_array(store=ferry.zarr.Store("data.zarr"), mode="r")
+        z = zarr.open_array(store=ferry.zarr.Store("s3://bucket/data.zarr"), mode="r")
 
     Keys are paths below `root` ("/"-separated). Thread safety: as zarr's stores, any method
     may run concurrently with any other; a value being replaced is never seen half written.
     """
 
-    supports_writes: bool = True
-    supports_deletes: bool = True
     supports_partial_writes: bool = False  # type: ignore[assignment]
-    supports_listing: bool = True
 
-    root: Path
+    root: Path | str  # a str: a remote prefix, without its trailing "/"
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        text = root if isinstance(root, str) else os.fspath(root)
+        self._remote = bool(_REMOTE.match(text))
+        if self._remote:  # read-only whatever is asked: a write raises zarr's read-only error
+            if "?" in text or "#" in text:
+                raise UsageError(
+                    "a remote Zarr store's root takes no query string or fragment: %s"
+                    % _shown(text.split("?")[0].split("#")[0])
+                )
+            super().__init__(read_only=True)
+            self.root = text.rstrip("/")
+            self._root_text = self.root
+            self._root_prefix = self.root + "/"
+            return
         super().__init__(read_only=read_only)
         self.root = Path(root)
         text = os.fspath(self.root)
         self._root_text = text
         self._root_prefix = text if text.endswith("/") else text + "/"  # chunk paths join to it
 
+    @property
+    def supports_writes(self) -> bool:  # type: ignore[override]
+        return not self._remote
+
+    @property
+    def supports_deletes(self) -> bool:  # type: ignore[override]
+        return not self._remote
+
+    @property
+    def supports_listing(self) -> bool:  # type: ignore[override]
+        return not self._remote
+
     def with_read_only(self, read_only: bool = False) -> Store:
         return type(self)(self.root, read_only=read_only)
 
     async def _open(self) -> None:
-        if not self.read_only:
+        if self._remote:
+            pass  # nothing to check before the first object is asked for
+        elif not self.read_only:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
             raise _file_error_class(errno.ENOENT)(
@@ -136,13 +175,18 @@ class Store(_ZarrStore):
         return hash((type(self), self.root, self.read_only))
 
     def __str__(self) -> str:
-        return "ferry://%s" % self.root.as_posix()
+        if self._remote:
+            return _shown(str(self.root))
+        return "ferry://%s" % Path(self.root).as_posix()
 
     def __repr__(self) -> str:
-        return "ferry.zarr.Store(%r)" % str(self.root)
+        shown = _shown(str(self.root)) if self._remote else str(self.root)
+        return "ferry.zarr.Store(%r)" % shown
 
     def path_of(self, key: str) -> Path:
         """The file that holds `key`. Keys may not leave the root."""
+        if self._remote:
+            raise UsageError("a remote Zarr store (%s) has no local paths" % self)
         return Path(self._file_of(key))
 
     def _file_of(self, key: str) -> str:
@@ -150,7 +194,12 @@ class Store(_ZarrStore):
         # joins cost several times the string's (3.5 against 0.4 us a key, CPU machine).
         parts = [p for p in key.split("/") if p not in ("", ".")]
         if ".." in parts:
-            raise UsageError("Zarr key %r leaves the store's root %s" % (key, self.root))
+            shown = _shown(str(self.root)) if self._remote else self.root
+            raise UsageError("Zarr key %r leaves the store's root %s" % (key, shown))
+        if self._remote and not self._root_text.lower().startswith("s3://"):
+            # http(s) paths are sent as written: a key's characters are escaped here (s3://
+            # keys are encoded when ferry signs the request)
+            parts = [urllib.parse.quote(p, safe="") for p in parts]
         return self._root_prefix + "/".join(parts) if parts else self._root_text
 
     # -- reads --------------------------------------------------------------------------------
@@ -288,11 +337,28 @@ class Store(_ZarrStore):
             return _ferry.File(self._file_of(key), "r")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        except RemoteError as e:  # an object that is not there; any other status is an error
+            if e.status == 404:
+                return None
+            raise
 
     async def exists(self, key: str) -> bool:
+        if self._remote:
+            f = self._open_for_read(key)
+            if f is not None:
+                f.close()
+            return f is not None
         return self.path_of(key).is_file()
 
     async def getsize(self, key: str) -> int:
+        if self._remote:
+            f = self._open_for_read(key)
+            if f is None:
+                raise FileNotFoundError(key)
+            try:
+                return int(f.size())
+            finally:
+                f.close()
         try:
             return self.path_of(key).stat().st_size
         except OSError as e:
@@ -368,17 +434,26 @@ class Store(_ZarrStore):
 
     # -- listing ------------------------------------------------------------------------------
 
+    def _check_listable(self) -> None:
+        if self._remote:
+            raise NotImplementedError(
+                "a remote Zarr store (%s) cannot be listed: open its arrays by path" % self
+            )
+
     async def list(self) -> AsyncIterator[str]:
-        for key in _walk(self.root):
+        self._check_listable()
+        for key in _walk(Path(self.root)):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in _walk(self.root):
+        self._check_listable()
+        for key in _walk(Path(self.root)):
             if key.startswith(prefix):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        base = self.path_of(prefix) if prefix.strip("/") else self.root
+        self._check_listable()
+        base = self.path_of(prefix) if prefix.strip("/") else Path(self.root)
         try:
             entries = sorted(os.scandir(base), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):

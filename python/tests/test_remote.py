@@ -330,3 +330,95 @@ def test_checkpoint_errors_under_an_http_prefix(served):
         ferry.load_checkpoint(base + "/forbidden/?token=s3cr3t")
     assert e.value.status == 403
     assert "/forbidden/model-00002" in str(e.value) and "s3cr3t" not in str(e.value)
+
+
+# -- Zarr arrays under a remote prefix ----------------------------------------------------------
+
+def _zarr_arrays(root):
+    """Two arrays written by zarr-python under `root` (uncompressed and zstd, both with missing
+    chunks that read as the fill value); returns {name: zarr's own read of it}."""
+    zarr = pytest.importorskip("zarr")
+    from zarr.codecs import ZstdCodec
+
+    data = np.arange(90 * 37, dtype=np.float32).reshape(90, 37)
+    out = {}
+    for name, compressors in (("raw.zarr", None), ("zstd.zarr", ZstdCodec(level=1))):
+        path = os.path.join(root, name)
+        z = zarr.create_array(store=path, shape=(100, 37), chunks=(16, 8), dtype="float32",
+                              fill_value=-1, compressors=compressors)
+        z[:70] = data[:70]
+        out[name] = zarr.open_array(store=path, mode="r")[...]
+    return out
+
+
+def _check_remote_zarr(base, refs, on_gpu=False):
+    zarr = pytest.importorskip("zarr")
+    import ferry.zarr as fz
+
+    for name, ref in refs.items():
+        store = fz.Store(base + "/" + name)
+        assert store.read_only and not store.supports_listing and not store.supports_writes
+        for pipeline in (True, False):
+            with fz.enable() if pipeline else _nothing():
+                if on_gpu:
+                    with zarr.config.enable_gpu():
+                        got = zarr.open_array(store=store, mode="r")[5:99, 3:30].get()
+                else:
+                    got = zarr.open_array(store=store, mode="r")[5:99, 3:30]
+            assert got.tobytes() == ref[5:99, 3:30].tobytes(), (name, pipeline)
+    store = fz.Store(base + "/raw.zarr")
+    with pytest.raises(FileNotFoundError):  # zarr's ArrayNotFoundError is one
+        zarr.open_array(store=fz.Store(base + "/nothing.zarr"), mode="r")
+    with pytest.raises(ValueError, match="read-only"):
+        zarr.open_array(store=store, mode="r")[0, 0] = 5
+    from zarr.core.sync import sync
+
+    async def listing():
+        return [k async for k in store.list_dir("")]
+
+    with pytest.raises(NotImplementedError, match="cannot be listed"):
+        sync(listing())
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_zarr_store_over_http(served, tmp_path):
+    base, _a, _t, www = served
+    refs = _zarr_arrays(os.path.join(www, "zarr"))
+    _check_remote_zarr(base + "/zarr", refs)
+    import ferry.zarr as fz
+
+    # credentials in a URL never show; a root with a query string is refused
+    assert "secret" not in repr(fz.Store("https://user:secret@127.0.0.1:1/x.zarr"))
+    assert "secret" not in str(fz.Store("https://user:secret@127.0.0.1:1/x.zarr"))
+    with pytest.raises(ferry.UsageError, match="query string"):
+        fz.Store(base + "/zarr/raw.zarr?x=1")
+    # a status other than 404 is an error, not a missing chunk
+    _zarr_arrays(os.path.join(www, "forbidden", "model-00002"))
+    zarr = pytest.importorskip("zarr")
+    with pytest.raises(ferry.RemoteError) as e:
+        zarr.open_array(store=fz.Store(base + "/forbidden/model-00002/raw.zarr"), mode="r")
+    assert e.value.status == 403
+
+
+def test_zarr_store_over_s3(s3, tmp_path):
+    refs = _zarr_arrays(str(tmp_path))
+    client = s3["client"]
+    for dirpath, _dirs, names in os.walk(tmp_path):
+        for n in names:
+            full = os.path.join(dirpath, n)
+            client.upload_file(full, "ckpt", "zarr/" + os.path.relpath(full, tmp_path))
+    _check_remote_zarr("s3://ckpt/zarr", refs)
+
+
+def test_zarr_store_over_http_into_gpu_memory(served, cupy):
+    pytest.importorskip("nvidia.nvcomp", reason="nvidia-nvcomp-cu13 is not installed (zstd on the GPU)")
+    base, _a, _t, www = served
+    refs = _zarr_arrays(os.path.join(www, "zarr-gpu"))
+    _check_remote_zarr(base + "/zarr-gpu", refs, on_gpu=True)
