@@ -84,47 +84,45 @@ public:
 
     std::vector<header_entry> entries(element root) {
         std::vector<header_entry> out;
-        key_set keys;
-        for (auto [key, value] : simdjson::dom::object(root)) {
-            if (!keys.insert(key))
-                throw format_error(file_, tensor_field(key), "duplicate key '" + detail::escape_text(key, 80) + "'");
+        each_field(root, true, [&](std::string_view key, element value) {
             header_entry& e = out.emplace_back();
             e.name = std::string(key);
             e.is_object = value.type() == element_type::OBJECT;
             if (!e.is_object) {
                 check(value);
             } else if (e.name == "__metadata__") {
-                for (auto [k, v] : fields(value)) {
+                each_field(value, false, [&](std::string_view k, element v) {
                     if (v.type() == element_type::STRING) {
                         e.metadata.emplace_back(std::string(k), std::string(std::string_view(v)));
                     } else {
                         check(v);
                         e.metadata.emplace_back(std::string(k), std::nullopt);
                     }
-                }
+                });
             } else {
-                for (auto [k, v] : fields(value)) {
+                each_field(value, false, [&](std::string_view k, element v) {
                     header_field* f = k == "dtype" ? &e.dtype : k == "shape" ? &e.shape : k == "data_offsets" ? &e.offsets : nullptr;
                     if (!f) check(v);
                     else if (v.type() == element_type::STRING) f->k = header_field::kind::string, f->text = std::string(std::string_view(v));
                     else if (v.type() == element_type::ARRAY) f->k = header_field::kind::array, numbers(v, f->items);
                     else f->k = header_field::kind::other;
-                }
+                });
             }
-        }
+        });
         return out;
     }
 
 private:
-    // An object's fields, each key once.
-    std::vector<std::pair<std::string_view, element>> fields(element obj) {
-        std::vector<std::pair<std::string_view, element>> out;
+    // fn(key, value) for each field of an object, refusing a key given twice (named as a
+    // tensor at the root, as the header elsewhere).
+    template <class Fn>
+    void each_field(element obj, bool root, const Fn& fn) {
         key_set keys;
         for (auto [k, v] : simdjson::dom::object(obj)) {
-            if (!keys.insert(k)) throw format_error(file_, "header", "duplicate key '" + detail::escape_text(k, 80) + "'");
-            out.emplace_back(k, v);
+            if (!keys.insert(k))
+                throw format_error(file_, root ? tensor_field(k) : "header", "duplicate key '" + detail::escape_text(k, 80) + "'");
+            fn(k, v);
         }
-        return out;
     }
 
     void count(std::size_t& n) const {
@@ -158,7 +156,7 @@ private:
             std::size_t n = 0;
             for (element x : simdjson::dom::array(v)) count(n), check(x);
         } else if (v.type() == element_type::OBJECT) {
-            for (auto& kv : fields(v)) check(kv.second);
+            each_field(v, false, [&](std::string_view, element x) { check(x); });
         }
     }
 
