@@ -13,7 +13,8 @@ clock starts:
          vs InstantTensor (INSTANTTENSOR_DIRECT_IO=0, all files in one safe_open)  bar >= 2x
          vs fastsafetensors (nogds) when importable                    (reported)
          vs safetensors.torch.load_file over the shards               bar >= 6x
-  cold   page cache dropped (root: /proc/sys/vm/drop_caches; else posix_fadvise DONTNEED)
+  cold   page cache dropped (root: /proc/sys/vm/drop_caches; else posix_fadvise DONTNEED), the
+         readers taking turns for --cold-rounds rounds (2), the best of each
          ferry vs a parallel buffered read of the files (16 threads)  bar >= 0.95x
          vs InstantTensor's default backend (O_DIRECT)                 bar >= 1.5x
   into   ferry.load_checkpoint(dir, into=model) vs the dict load      bar >= 0.95x,
@@ -253,6 +254,7 @@ def main():
     ap.add_argument("--layers", type=int, default=68)
     ap.add_argument("--shards", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cold-rounds", type=int, default=2, help="turns of the cold readers (best of each)")
     ap.add_argument("--json", default="")
     ap.add_argument("--worker", default="")
     a = ap.parse_args()
@@ -272,8 +274,16 @@ def main():
               "into", "tp"):
         R[k] = run_worker(k, a.dir, a.repeat)
     R["first"] = run_worker("ferry", a.dir, 1)
-    for k in ("ferry", "buffered", "instanttensor_default"):
-        R["cold_" + k] = run_worker(k, a.dir, 1, cold=True)
+    # Cold reads are disk-bound and vary from one read to the next: the readers take turns,
+    # round after round, and each keeps its best (every round is in the JSON).
+    for _ in range(max(1, a.cold_rounds)):
+        for k in ("ferry", "buffered", "instanttensor_default"):
+            r = run_worker(k, a.dir, 1, cold=True)
+            best = R.get("cold_" + k)
+            rounds = (best or {}).get("rounds", []) + [r.get("seconds")]
+            if best is None or ("seconds" in r and r["seconds"] < best.get("seconds", float("inf"))):
+                best = r
+            R["cold_" + k] = dict(best, rounds=rounds)
 
     def gbps(k):
         r = R.get(k, {})
@@ -311,6 +321,10 @@ def main():
                                                r["seconds"] * 1e3))
         if "open_s" in r:  # the index and headers, which the call pays and the library's load does not count
             print("%-42s %8.1fms" % (k + ": open (index and headers)", r["open_s"] * 1e3))
+    for k in ("cold_ferry", "cold_buffered", "cold_instanttensor_default"):
+        secs = [x for x in R.get(k, {}).get("rounds", []) if x]
+        if secs:
+            print("%-42s %s" % (k + ": rounds (s)", " ".join("%.2f" % x for x in secs)))
     first = R.get("first", {}).get("first_call", {})
     if first:
         print("%-42s %8.1fms %10s" % ("first call: time to first read", first.get("first_read_s", 0) * 1e3, "< 100ms"))
