@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -16,10 +17,29 @@
 
 namespace ferry::detail {
 
+struct stream_request;
+
+/// When the file side of a lane's next read chunk may start ahead of its own host function:
+/// use u of the lane's buffers is free once the host function of use u - 1 has run, since the
+/// copy out of that buffer (use u - 2) is ordered before it on the lane's stream. A request's
+/// first read chunk on a lane starts at once where that host function already ran (the lane was
+/// idle), else that host function starts it, also when it belongs to another request. So a
+/// request queued behind another reads ahead as the chunks within one do, and the first chunks
+/// of a request on idle lanes are read side by side rather than one host function after the
+/// other. Its own mutex: host functions take it, never enqueue_mutex.
+struct lane_handoff {
+    std::mutex m;
+    std::size_t ran = 0;  ///< uses whose host function reached its hand-off point (in order)
+    std::weak_ptr<stream_request> next;  ///< the read chunk of use next_use, to start then
+    std::size_t next_chunk = 0;
+    std::size_t next_use = 0;
+};
+
 /// Members are destroyed bottom up: the stream (after its work) before the buffers it copies.
 struct stream_lane {
     owned_pinned buffers[2];
     std::size_t uses = 0;  ///< chunks queued on this lane so far; use u takes buffers[u % 2]
+    std::unique_ptr<lane_handoff> handoff = std::make_unique<lane_handoff>();
     owned_event done;      ///< recorded after a request's last chunk on this lane
     owned_stream stream;
 };

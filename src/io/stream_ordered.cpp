@@ -21,7 +21,11 @@
 //
 // Reads run ahead: the host function of chunk i waits for the read of chunk i and starts the
 // read of chunk i+N (the next chunk on its lane, into the other buffer, whose last copy the lane
-// has finished by then), so N reads are in flight while the lanes copy. Writes run behind: the
+// has finished by then), so N reads are in flight while the lanes copy. Across requests the
+// lane hands on (stream_lanes.hpp, lane_handoff): the host function of a request's last chunk
+// on a lane starts the read of the next request's first chunk there, and a request queued on
+// idle lanes starts its first N reads at once. Only for requests without a stream of the
+// caller's, and only while no stream-ordered write is in flight. Writes run behind: the
 // host function of chunk i starts its write and waits for the write of chunk i-N, whose buffer
 // the lane's next copy fills; a lane's last chunk of the request waits for its own.
 //
@@ -50,6 +54,11 @@ namespace ferry::detail {
 
 namespace {
 
+/// Stream-ordered writes not yet let go of, in the whole process. A read's file side starts
+/// ahead of its host function only while there are none: a write queued before it on a stream
+/// may change the bytes it reads.
+std::atomic<std::size_t> writes_in_flight{0};
+
 /// The file side of one chunk, once started.
 struct file_job {
     std::atomic<bool> started{false};
@@ -67,6 +76,13 @@ struct stream_request {
     std::size_t lanes = 1;         ///< chunk i + lanes is the next chunk on chunk i's lane
     std::vector<lane_chunk> chunks;
     std::unique_ptr<file_job[]> jobs;
+    /// Per chunk on the lanes: its lane's hand-off and its use of the lane's buffers (empty for
+    /// a request that is not on the lanes).
+    struct lane_use {
+        lane_handoff* handoff;
+        std::size_t use;
+    };
+    std::vector<lane_use> uses;
     std::promise<std::size_t> done;
     file_impl::completion then;  ///< hears the outcome just before the future does
     /// A gather: the files it reads (kept open until it ends), the bytes of each and their
@@ -84,7 +100,10 @@ struct stream_request {
     std::exception_ptr error;
     std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
 
+    bool counted_write = false;  ///< counted in writes_in_flight until destroyed
+
     ~stream_request() {
+        if (counted_write) writes_in_flight.fetch_sub(1);
         // Letting go of the file can close it and free CUDA resources, which a host function
         // may not do: the file workers take it then.
         if (!in_cuda_host_function() || !file) return;
@@ -217,14 +236,53 @@ struct stream_request {
     /// The host function of chunk i, in its lane's order.
     void on_lane(std::size_t i) {
         if (!r.is_write()) {
-            start(i);  // the first chunk on its lane; later ones were started ahead
+            start(i);  // where it was not started ahead
             start(i + lanes);
+            hand_on(i);
             wait(i);
         } else {
             start(i);
             if (i >= lanes) wait(i - lanes);        // frees the buffer the lane fills next
             if (i + lanes >= chunks.size()) wait(i);  // the lane's last chunk of this request
+            hand_on(i);
         }
+    }
+
+    /// Chunk i's host function has reached the point where the lane's buffer of its next use
+    /// is free: records that, and starts the read chunk of another request waiting for it.
+    void hand_on(std::size_t i) {
+        if (i >= uses.size()) return;
+        lane_handoff& h = *uses[i].handoff;
+        const std::size_t use = uses[i].use;
+        std::shared_ptr<stream_request> next;
+        std::size_t k = 0;
+        {
+            std::lock_guard lock(h.m);
+            h.ran = std::max(h.ran, use + 1);
+            if (h.next_use == use + 1) {
+                next = h.next.lock();
+                k = h.next_chunk;
+                h.next.reset();
+            }
+        }
+        if (next && writes_in_flight.load() == 0) next->start(k);
+    }
+
+    /// A read request's first chunk on a lane (chunk i): started now where the host function
+    /// of the lane's previous use has run, else handed to it.
+    void start_ahead(std::size_t i, const std::shared_ptr<stream_request>& self) {
+        lane_handoff& h = *uses[i].handoff;
+        bool now;
+        {
+            std::lock_guard lock(h.m);
+            now = h.ran >= uses[i].use;
+            if (!now) {
+                h.next = self;
+                h.next_chunk = i;
+                h.next_use = uses[i].use;
+            }
+        }
+        if (now && writes_in_flight.load() == 0) start(i);
     }
 
     /// Lays the chunks of `q` (cut already for a gather, else cut here) out on the lanes of
@@ -357,6 +415,10 @@ std::future<std::size_t> file_impl::start_streamed(const request& r, stream_t s,
                           "FERRY_GDS=on allows cuFile only; read or write without a stream, or use "
                           "FERRY_GDS=auto: " + shown_);
     auto q = std::make_shared<stream_request>();
+    if (r.is_write()) {
+        writes_in_flight.fetch_add(1);
+        q->counted_write = true;
+    }
     q->file = shared_from_this();
     q->r = r;
     q->path = on_gpu ? io_path::staged : io_path::host;
@@ -403,11 +465,19 @@ void stream_request::lay_out(const std::shared_ptr<stream_request>& q, cudaStrea
     d.next = (first + count) % d.lanes.size();
     auto lane = [&](std::size_t i) -> stream_lane& { return d.lanes[(first + i) % d.lanes.size()]; };
     q->lanes = d.lanes.size();
+    q->uses.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
         stream_lane& l = lane(i);
+        q->uses.push_back({l.handoff.get(), l.uses});
         q->chunks[i].buffer = l.buffers[l.uses++ % 2].get();
     }
     q->jobs = std::make_unique<file_job[]>(count);
+    // A read's first chunk on each lane reads ahead of its host function where it can. Not a
+    // write (its file side needs the bytes its copy brings), nor a request ordered on a stream
+    // of the caller's, whose file side may not begin before that stream arrives (a host
+    // function of the caller's may hold it, or the file may be closed by then).
+    if (!r.is_write() && !ordered)
+        for (std::size_t i = 0; i < used; ++i) q->start_ahead(i, q);
     std::vector<cudaStream_t> streams;
     for (std::size_t i = 0; i < used; ++i) streams.push_back(lane(i).stream.get());
     try {

@@ -1,8 +1,10 @@
 // Stream-ordered reads and writes stay ordered with the stream on every path, GDS or not.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
+#include <vector>
 
 #include "ferry/ferry.hpp"
 #include "reliability/reliability_util.hpp"
@@ -137,6 +139,65 @@ TEST_P(stream_order, a_file_closed_before_its_stream_arrives_fails_the_request) 
     gate.set_value();
     st.synchronize();
     EXPECT_THROW(fu.get(), ferry::usage_error);
+}
+
+// Reads without a stream of the caller's go through the lanes after the calling thread's
+// per-thread stream, and may start their file side ahead of their place there: never ahead of
+// a stream-ordered write queued before them, whose bytes they must read: queued behind other
+// reads' chunks, and queued on idle lanes while the stream has not reached the write.
+TEST(stream_order_ahead, a_read_after_a_stream_ordered_write_reads_what_it_wrote) {
+    FERRY_REQUIRE_GPU();
+    ferry::test::temp_dir d;
+    const std::size_t n = 64u << 20;  // above the lanes' threshold: the read takes the lanes
+    ferry::test::write_pattern_file(d / "a", n);
+    ferry::settings s;
+    s.gds = ferry::gds_mode::off;
+    s.staging_buffer_size = 256u << 10;  // 1 MiB lane buffers: many chunks on every lane
+    ferry::file f(d / "a", ferry::open_mode::read_write, s);
+    ferry::device_buffer src(n), dst(n), early(n);
+    std::vector<std::uint8_t> back(n);
+    const auto expect = ferry::test::pattern(n);
+    for (int round = 0; round < 3; ++round) {
+        // Before the write: reads in a row keep the lanes busy, so the write's and the next
+        // read's chunks queue behind theirs.
+        std::vector<std::future<std::size_t>> before;
+        for (int k = 0; k < 3; ++k) before.push_back(f.read_async(early.data(), n, 0));
+        const unsigned char v = static_cast<unsigned char>(0x30 + round);
+        // Odd rounds hold the stream before the write until the read is queued, with the lanes
+        // idle by then: the read may not start its file side when it is queued.
+        std::promise<void> gate;
+        std::shared_future<void> open_gate = gate.get_future().share();
+        const bool held = round % 2 == 1;
+        struct opener {  // the stream never stays held, also where an assertion returns early
+            std::promise<void>& p;
+            bool armed = false;
+            void open() {
+                if (armed) p.set_value();
+                armed = false;
+            }
+            ~opener() { open(); }
+        } release{gate};
+        if (held) {
+            for (auto& b : before) EXPECT_EQ(b.get(), n);
+            before.clear();
+            auto hold = [](void* p) { static_cast<std::shared_future<void>*>(p)->wait(); };
+            ASSERT_EQ(cudaLaunchHostFunc(cudaStreamPerThread, hold, &open_gate), cudaSuccess);
+            release.armed = true;
+        }
+        ASSERT_EQ(cudaMemsetAsync(src.data(), v, n, cudaStreamPerThread), cudaSuccess);
+        auto w = f.write_async(src.data(), n, 0, reinterpret_cast<ferry::stream_t>(cudaStreamPerThread));
+        auto r = f.read_async(dst.data(), n, 0);
+        release.open();
+        EXPECT_EQ(r.get(), n);
+        EXPECT_EQ(w.get(), n);
+        for (auto& b : before) EXPECT_EQ(b.get(), n);
+        ferry::copy_memory(back.data(), dst.data(), n);
+        EXPECT_TRUE(std::all_of(back.begin(), back.end(), [&](std::uint8_t b) { return b == v; })) << "round " << round;
+        // The reads before the write may have seen the file before or after it, or in between;
+        // put the pattern back for the next round.
+        ferry::copy_memory(src.data(), expect.data(), n);
+        f.write(src.data(), n, 0);
+    }
 }
 
 const stream_case cases[] = {
