@@ -100,10 +100,8 @@ struct stream_request {
     std::exception_ptr error;
     std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
 
-    bool counted_write = false;  ///< counted in writes_in_flight until destroyed
-
     ~stream_request() {
-        if (counted_write) writes_in_flight.fetch_sub(1);
+        if (r.is_write()) writes_in_flight.fetch_sub(1);  // counted when made (start_streamed)
         // Letting go of the file can close it and free CUDA resources, which a host function
         // may not do: the file workers take it then.
         if (!in_cuda_host_function() || !file) return;
@@ -415,12 +413,9 @@ std::future<std::size_t> file_impl::start_streamed(const request& r, stream_t s,
                           "FERRY_GDS=on allows cuFile only; read or write without a stream, or use "
                           "FERRY_GDS=auto: " + shown_);
     auto q = std::make_shared<stream_request>();
-    if (r.is_write()) {
-        writes_in_flight.fetch_add(1);
-        q->counted_write = true;
-    }
-    q->file = shared_from_this();
     q->r = r;
+    if (r.is_write()) writes_in_flight.fetch_add(1);  // until q goes
+    q->file = shared_from_this();
     q->path = on_gpu ? io_path::staged : io_path::host;
     q->route = route_slot(source_->kind(), to_string(on_gpu ? mover::lanes : mover::host));
     q->then = std::move(then);
