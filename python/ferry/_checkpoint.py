@@ -131,6 +131,52 @@ def _is_module(obj: Any) -> bool:
     return not isinstance(obj, Mapping) and callable(getattr(obj, "state_dict", None))
 
 
+def _targets(into: Any) -> dict:
+    """The destinations of ``into=``: a dict's items, or a module's ``state_dict`` names and
+    tensors."""
+    if not _is_module(into):
+        return dict(into)
+    found = _plain_state(into)
+    return dict(into.state_dict()) if found is None else found
+
+
+def _plain_state(module: Any) -> dict | None:
+    """What ``state_dict()`` gives a ``torch.nn.Module`` none of whose modules changes it
+    (no override of ``state_dict``, ``_save_to_state_dict`` or ``get_extra_state``, no
+    state-dict hooks), in its order, without its Python work per module (3-5 ms for a model of
+    800 parameters on the CPU machine); ``None`` for any other module. The tensors are not
+    detached: they are only written into, as ``load_state_dict`` does under ``no_grad``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(module, torch.nn.Module):
+        return None
+    base = torch.nn.Module
+    plain: dict = {}
+    out: dict = {}
+
+    def walk(m: Any, prefix: str) -> bool:
+        cls = type(m)
+        ok = plain.get(cls)
+        if ok is None:
+            ok = plain[cls] = (cls.state_dict is base.state_dict
+                               and cls._save_to_state_dict is base._save_to_state_dict
+                               and cls.get_extra_state is base.get_extra_state)
+        if not ok or m._state_dict_hooks or m._state_dict_pre_hooks:
+            return False
+        for name, p in m._parameters.items():
+            if p is not None:
+                out[prefix + name] = p
+        skip = m._non_persistent_buffers_set
+        for name, b in m._buffers.items():
+            if b is not None and name not in skip:
+                out[prefix + name] = b
+        for name, child in m._modules.items():
+            if child is not None and not walk(child, prefix + name + "."):
+                return False
+        return True
+
+    return out if walk(module, "") else None
+
+
 def _check_destination(name: str, value: Any) -> None:
     if isinstance(value, np.ndarray) and not (value.flags.c_contiguous and value.flags.writeable):
         raise UsageError("into[%r]: a numpy destination must be C-contiguous and writeable" % name)
@@ -144,43 +190,55 @@ def _destination(name: str, value: Any) -> Any:
     return as_ferry(value)
 
 
-def _destinations(targets: Mapping[str, Any]) -> list:
+def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
     """_destination for every value, arrays of other libraries imported in one call: each
     import alone would wait for its producer's stream (a synchronous round trip to the GPU,
-    hundreds of them for a model), where one wait covers them all."""
+    hundreds of them for a model), where one wait covers them all. ``grad_ok``: tensors that
+    require grad are taken (a module's parameters, written as ``load_state_dict`` does)."""
+    torch = sys.modules.get("torch")
+    plain = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()
     out: list = []
     foreign: list[int] = []
+    all_torch_gpu = True
     for name, value in targets.items():
+        if type(value) in plain:
+            # PyTorch's own tensors, checked with its C methods only (a model has hundreds).
+            if not value.is_contiguous():
+                raise UsageError("into[%r]: the destination must be contiguous" % name)
+            all_torch_gpu = all_torch_gpu and value.is_cuda
+            foreign.append(len(out))
+            out.append(value)
+            continue
         _check_destination(name, value)
         if isinstance(value, (_ferry.Array, np.ndarray)) or not (
             hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
         ):
             out.append(as_ferry(value))
         else:
+            all_torch_gpu = all_torch_gpu and _is_torch_gpu(value)
             foreign.append(len(out))
             out.append(value)
     objs = [out[i] for i in foreign]
     # PyTorch GPU tensors: one wait for each device's work, then exports that ask for no
     # stream work; torch's __dlpack__ otherwise builds stream objects for every tensor, which
     # cost a model of hundreds of parameters tens of milliseconds.
-    synced = bool(objs) and all(_is_torch_gpu(v) for v in objs)
+    synced = bool(objs) and all_torch_gpu
     if synced:
-        import torch
-
-        for d in sorted({v.device.index or 0 for v in objs}):
+        for d in sorted({v.get_device() for v in objs}):
             torch.cuda.synchronize(d)
     # PyTorch tensors with nothing to wait for (the GPU synchronized above, or host memory) go
     # as DLPack capsules from torch's C exporter: through its Python __dlpack__ and
     # __dlpack_device__ ferry's import of 819 host tensors took 4.5 ms on the CPU machine,
-    # against 0.4 ms (bench/into_import_probe.py). Tensors that need grad, or carry conjugate
-    # or negative bits, keep __dlpack__, which refuses them with torch's own words.
-    torch = sys.modules.get("torch")
+    # against 0.4 ms (bench/into_import_probe.py). Tensors that need grad (unless grad_ok), or
+    # carry conjugate or negative bits, keep __dlpack__, which refuses them with torch's own
+    # words.
     if torch is not None and objs:
         from torch.utils.dlpack import to_dlpack
 
         tensor = torch.Tensor
-        objs = [to_dlpack(v) if isinstance(v, tensor) and not (v.requires_grad or v.is_conj() or v.is_neg())
-                and (synced or v.device.type == "cpu") else v for v in objs]
+        objs = [to_dlpack(v) if isinstance(v, tensor) and not ((v.requires_grad and not grad_ok) or v.is_conj()
+                                                             or v.is_neg())
+                and (synced or not v.is_cuda) else v for v in objs]
     for i, a in zip(foreign, _ferry.as_arrays(objs, True, synced)):
         out[i] = a
     return out
@@ -273,8 +331,8 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         out.stats = stats
         return out
 
-    targets = dict(into.state_dict()) if _is_module(into) else dict(into)
-    pairs = list(zip(map(str, targets), _destinations(targets)))
+    targets = _targets(into)
+    pairs = list(zip(map(str, targets), _destinations(targets, grad_ok=_is_module(into))))
     dev = device
     if dev is None:
         dev = pairs[0][1].device if pairs else "cpu"

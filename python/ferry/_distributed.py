@@ -299,7 +299,7 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         missing: list = []
         unexpected: list = []
         if into is not None:
-            targets = dict(into.state_dict()) if _ck._is_module(into) else dict(into)
+            targets = _ck._targets(into)
             names = set(plan.sliced) | set(plan.replicated)
             missing = sorted(k for k in targets if k not in names)
             unexpected = sorted(n for n in names if n not in targets)

@@ -351,6 +351,28 @@ assert r.missing_keys == [] and r.unexpected_keys == []
 for k, v in fresh.state_dict().items():
     assert v.data_ptr() == ptrs[k]
     assert torch.equal(v, model.state_dict()[k])
+# The destinations of a module are its state_dict's names and tensors, in its order: buffers
+# (not the non-persistent ones), shared submodules under both names, parameters set to None left
+# out; a module that changes its state_dict (extra state, a hook) is asked for it.
+from ferry import _checkpoint as ck
+class Extra(torch.nn.Linear):
+    def get_extra_state(self):
+        return {"k": 1}
+shared = torch.nn.Linear(4, 4)
+odd = torch.nn.Sequential(torch.nn.BatchNorm1d(4), shared, torch.nn.Sequential(shared), torch.nn.Linear(4, 4, bias=False))
+odd.register_buffer("scratch", torch.zeros(2), persistent=False)
+odd[0].register_buffer("gone", None)
+for m in (odd, fresh, torch.nn.Sequential(Extra(2, 2))):
+    want = m.state_dict()
+    got = ck._targets(m)
+    assert list(got) == list(want), (list(got), list(want))
+    assert all(not torch.is_tensor(v) or got[k].data_ptr() == v.data_ptr() for k, v in want.items())
+assert ck._plain_state(torch.nn.Sequential(Extra(2, 2))) is None
+hooked = torch.nn.Linear(2, 2)
+def drop_bias(mod, sd, prefix, meta):
+    del sd[prefix + "bias"]
+hooked._register_state_dict_hook(drop_bias)
+assert ck._plain_state(hooked) is None and list(ck._targets(hooked)) == ["weight"]
 bigger = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 64),
                              torch.nn.Linear(64, 8))
 try:
