@@ -4,7 +4,6 @@
 #include <string>
 
 #include "backend/http/url.hpp"
-#include "cuda/cuda_runtime.hpp"
 #include "ferry/memory.hpp"
 #include "io/file_impl.hpp"
 #include "io/scheduler.hpp"
@@ -52,12 +51,12 @@ const settings& file::config() const noexcept { return impl_->config(); }
 
 std::size_t file::read(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact, true)).get();
+    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact)).get();
 }
 
 std::size_t file::read_some(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::up_to_end, true)).get();
+    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::up_to_end)).get();
 }
 
 std::size_t file::write(const void* src, std::size_t n, std::uint64_t offset) const {
@@ -100,23 +99,11 @@ path_plan file::plan() const {
     auto& f = must(impl_);
     detail::plan_result p =
         f.plan(cuda_device_count() > 0 ? memory_kind::device : memory_kind::host, std::size_t(1) << 30,
-               detail::direction::read, true, true);
+               detail::direction::read);
     return {p.chosen.counted_as, p.texts()};
 }
 
 io_stats file::stats() const { return must(impl_).stats(); }
-
-void prepare_reads(int device, const settings& s) {
-    if (!detail::cuda_available()) throw cuda_error(cudaErrorNoDevice, "prepare_reads: " + cuda_unavailable_reason());
-    std::shared_ptr<detail::engine> e = detail::engine::shared(s.resolved());
-    {
-        detail::stream_lanes& lanes = e->lanes();
-        std::lock_guard lock(lanes.enqueue_mutex());
-        lanes.on_device(device);
-    }
-    e->ring().take(device);  // made on first use, let go at once
-    e->file_workers();       // the threads that read for both
-}
 
 std::future<std::size_t> read_batch(const std::vector<read_piece>& pieces) {
     std::vector<detail::gather> batch;

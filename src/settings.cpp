@@ -52,7 +52,7 @@ constexpr std::string_view names[] = {
     "FERRY_GDS_THRESHOLD",   "FERRY_DIRECT_IO",          "FERRY_LOG_LEVEL",
     "FERRY_CUFILE_LIBRARY",  "FERRY_REMOTE_CONCURRENCY", "FERRY_REMOTE_RANGE_SIZE",
     "FERRY_REMOTE_CONNECT_TIMEOUT", "FERRY_REMOTE_TIMEOUT", "FERRY_REMOTE_RETRIES",
-    "FERRY_REMOTE_RETRY_DELAY", "FERRY_REMOTE_CA_BUNDLE", "FERRY_S3_ADDRESSING", "FERRY_STAGING_RING",
+    "FERRY_REMOTE_RETRY_DELAY", "FERRY_REMOTE_CA_BUNDLE", "FERRY_S3_ADDRESSING",
 };
 
 // Durations: "250ms", "10s", "2m", or a bare number of milliseconds.
@@ -124,10 +124,6 @@ void apply_setting(settings& s, std::string_view name, std::string_view value) {
         s.lane_buffer_size = n;
     } else if (name == "FERRY_LANE_THRESHOLD") {
         s.lane_threshold = v == "off" ? lanes_off : parse_size(name, value);
-    } else if (name == "FERRY_STAGING_RING") {
-        if (v == "on" || v == "1" || v == "true") s.staging_ring = true;
-        else if (v == "off" || v == "0" || v == "false") s.staging_ring = false;
-        else bad("must be on or off");
     } else if (name == "FERRY_GDS") {
         if (v == "auto") s.gds = gds_mode::auto_;
         else if (v == "on" || v == "1" || v == "true") s.gds = gds_mode::on;
@@ -246,7 +242,6 @@ std::string to_json(const settings& s) {
     j["lane_buffer_size"] = s.lane_buffer_size;
     if (s.lane_threshold == lanes_off) j["lane_threshold"] = "off";
     else j["lane_threshold"] = s.lane_threshold;
-    j["staging_ring"] = s.staging_ring ? "on" : "off";
     j["gds"] = std::string(to_string(s.gds));
     j["gds_threshold"] = s.gds_threshold;
     j["direct_io"] = std::string(to_string(s.direct_io));

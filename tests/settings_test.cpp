@@ -36,8 +36,7 @@ TEST(settings, every_variable_parses) {
                     {"FERRY_GDS_THRESHOLD", "64k"},
                     {"FERRY_DIRECT_IO", "auto"},
                     {"FERRY_LOG_LEVEL", "debug"},
-                    {"FERRY_CUFILE_LIBRARY", "/opt/libcufile.so.0"},
-                    {"FERRY_STAGING_RING", "off"}});
+                    {"FERRY_CUFILE_LIBRARY", "/opt/libcufile.so.0"}});
     EXPECT_EQ(s.threads, 12u);
     EXPECT_EQ(s.task_size, 64u << 20);
     EXPECT_EQ(s.staging_buffer_size, 4u << 20);
@@ -48,9 +47,6 @@ TEST(settings, every_variable_parses) {
     EXPECT_EQ(s.direct_io, ferry::direct_io_mode::auto_);
     EXPECT_EQ(s.log, ferry::log_level::debug);
     EXPECT_EQ(s.cufile_library, "/opt/libcufile.so.0");
-    EXPECT_FALSE(s.staging_ring);
-    EXPECT_TRUE(ferry::settings{}.staging_ring);
-    EXPECT_TRUE(parse({{"FERRY_STAGING_RING", "on"}}).staging_ring);
 }
 
 TEST(settings, a_bad_value_names_the_variable) {
@@ -60,7 +56,6 @@ TEST(settings, a_bad_value_names_the_variable) {
         {"FERRY_STAGING_BUFFERS", "1"},     {"FERRY_STAGING_MEMORY_LIMIT", "1K"}, {"FERRY_GDS", "maybe"},
         {"FERRY_GDS_THRESHOLD", ""},        {"FERRY_DIRECT_IO", "yes please"}, {"FERRY_LOG_LEVEL", "loud"},
         {"FERRY_CUFILE_LIBRARY", " "},      {"FERRY_TASK_SIZE", "99999999999999999999G"},
-        {"FERRY_STAGING_RING", "sometimes"},
     };
     for (auto [name, value] : bad) {
         SCOPED_TRACE(std::string(name) + "=" + value);

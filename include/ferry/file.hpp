@@ -74,12 +74,6 @@ struct read_piece {
 /// open until it is ready (close() waits for it).
 FERRY_EXPORT std::future<std::size_t> read_batch(const std::vector<read_piece>& pieces);
 
-/// Makes, ahead of the first read, the pinned memory, streams and threads that large reads of
-/// files opened with `s` into memory of GPU `device` move through (the stream lanes, the
-/// staging ring and the workers that fill them), so that a first load does not pay for them: a server before its first request, a
-/// tool that times its loads. Throws cuda_error without a GPU or for a device that is not there.
-FERRY_EXPORT void prepare_reads(int device, const settings& s = settings::global());
-
 class FERRY_EXPORT file {
 public:
     /// Opens `path`. Throws system_error (with errno and the path) when it cannot.

@@ -45,9 +45,6 @@ struct FERRY_EXPORT settings {
     /// FERRY_LANE_THRESHOLD: reads into GPU memory of at least this many bytes go through the
     /// stream lanes rather than the workers' own staging buffers; lanes_off: never.
     std::size_t lane_threshold = 0;
-    /// FERRY_STAGING_RING: those reads, where the caller waits for them (file::read), go through
-    /// one ring of pinned buffers driven by the calling thread rather than through the lanes.
-    bool staging_ring = true;
     gds_mode gds = gds_mode::auto_;           ///< FERRY_GDS
     std::size_t gds_threshold = 1 << 20;      ///< FERRY_GDS_THRESHOLD: smaller requests skip cuFile
     direct_io_mode direct_io = direct_io_mode::off;  ///< FERRY_DIRECT_IO

@@ -64,21 +64,11 @@ std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
     std::size_t size = std::min(r.lane_buffer_size, left) / (64u << 10) * (64u << 10);
     return std::max<std::size_t>(size, 64u << 10);
 }
-
-// The staging ring: as many buffers as the lanes have, of their size, where the limit leaves
-// room for them besides the workers' staging and the lanes; else none (the lanes serve).
-std::size_t ring_buffers(const staging_pool& pool, const stream_lanes& lanes, const settings& r) {
-    std::size_t used = r.threads * pool.buffers_per_worker() * pool.buffer_size() +
-                       2 * lanes.count() * lanes.buffer_size();
-    std::size_t ring = 2 * lanes.count() * lanes.buffer_size();
-    return r.staging_memory_limit >= used + ring ? 2 * lanes.count() : 0;
-}
 }  // namespace
 
 engine::engine(const settings& r)
     : staging_(r.threads, r.staging_buffers, r.staging_buffer_size, r.staging_memory_limit),
       lanes_(std::max<std::size_t>(1, r.stream_lanes), lane_buffer_size(staging_, r)),
-      ring_(ring_buffers(staging_, lanes_, r), lanes_.buffer_size()),
       pool_(r.threads) {}
 
 engine::~engine() = default;

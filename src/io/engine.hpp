@@ -8,7 +8,6 @@
 
 #include "io/staging_pool.hpp"
 #include "ferry/settings.hpp"
-#include "io/staging_ring.hpp"
 #include "io/stream_lanes.hpp"
 #include "io/thread_pool.hpp"
 
@@ -27,8 +26,6 @@ public:
     thread_pool& pool() noexcept { return pool_; }
     staging_pool& staging() noexcept { return staging_; }
     stream_lanes& lanes() noexcept { return lanes_; }
-    /// The ring of pinned buffers that large reads waited for by their caller move through.
-    staging_ring& ring() noexcept { return ring_; }
     /// Workers that only ever move bytes between files and host memory, never waiting on CUDA
     /// work: the file side of stream-ordered requests, which runs inside CUDA host functions,
     /// may wait for them (and for nothing else). Started on first use.
@@ -39,7 +36,6 @@ public:
 private:
     staging_pool staging_;  // destroyed after the workers stopped
     stream_lanes lanes_;
-    staging_ring ring_;
     thread_pool pool_;
     std::once_flag file_workers_once_;
     std::unique_ptr<thread_pool> file_workers_;

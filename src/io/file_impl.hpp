@@ -84,11 +84,8 @@ public:
     std::string version() const;
 
     /// Validates and plans a request; for reads with exactness::exact, throws end_of_file_error
-    /// when the source is too short, else shortens n to what it has. `caller_waits`: the caller
-    /// waits for the future at once (file::read), so a large read into GPU memory may take the
-    /// staging ring, which the calling thread drives (io/ring_read.cpp).
-    request prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e,
-                    bool caller_waits = false);
+    /// when the source is too short, else shortens n to what it has.
+    request prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e);
     /// Called once when a request ended: the bytes moved, or the first error.
     using completion = std::function<void(std::size_t, std::exception_ptr)>;
     /// Runs a prepared request on the engine's workers (or on `workers`); the future holds n
@@ -102,10 +99,6 @@ public:
     /// laid out on the lanes after the calling thread's per-thread stream, completed by the
     /// lanes (nothing is queued on a stream of the caller's).
     std::future<std::size_t> start_on_lanes(const request& r, completion then);
-    /// A read routed through the staging ring (mover::ring), carried out on the calling thread
-    /// with `ring`, which it holds (io/ring_read.cpp); returns n or throws the first error, once
-    /// nothing touches the caller's memory or the ring any more.
-    std::size_t read_on_ring(const request& r, staging_ring::device_ring& ring);
     /// Starts the file side of a stream-ordered request: bytes [pos, pos + len) of `r` between
     /// the source and host memory at `host`, on the file workers, which make no CUDA call and
     /// wait on no CUDA work (so a CUDA host function may wait for the future).
@@ -122,8 +115,7 @@ public:
     /// The route of a request of `n` bytes to or from memory of `kind`, with its reasons.
     /// Counts fallbacks; throws when the settings allow no usable route.
     /// `lanes` false leaves the stream lanes out of the choice (and their residency probe).
-    /// `caller_waits` as for prepare().
-    plan_result plan(memory_kind kind, std::size_t n, direction dir, bool lanes = true, bool caller_waits = false);
+    plan_result plan(memory_kind kind, std::size_t n, direction dir, bool lanes = true);
     io_stats stats() const { return counters_.snapshot(); }
     void sync() const;
     void truncate(std::uint64_t size) const;

@@ -75,8 +75,7 @@ void file_impl::count(direction dir, io_path p, int route, std::uint64_t bytes, 
     process_counter().add(w, p, route, bytes, ns, requests);
 }
 
-request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e,
-                           bool caller_waits) {
+request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e) {
     check_open();
     const bool is_write = dir == direction::write;
     if (is_write && mode_ == open_mode::read) throw usage_error("file is open for reading only: " + shown_);
@@ -99,7 +98,7 @@ request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::u
     if (r.n == 0) return r;
     r.kind = memory_kind_of(mem);
     if (r.kind == memory_kind::device || r.kind == memory_kind::managed) r.device = device_of(mem);
-    plan_result p = plan(r.kind, r.n, dir, true, caller_waits);
+    plan_result p = plan(r.kind, r.n, dir);
     r.src = route_source(p.chosen);
     r.how = p.chosen.how;
     r.counted_as = p.chosen.counted_as;
@@ -125,8 +124,7 @@ void file_impl::move(source& src, mover how, const piece& p, const io_context& w
             return;
         }
         case mover::staged:
-        case mover::lanes:  // a lanes or ring request split into tasks (a file side never is): staged
-        case mover::ring: {
+        case mover::lanes: {  // a lanes request split into tasks (a file side never is): staged
             staging_pool& pool = engine_->staging();
             move_staged(src, p, pool.slot(thread_pool::worker_index()), pool.buffer_size(), where);
             return;
@@ -187,29 +185,6 @@ void file_impl::leave_file_side() noexcept {
 }
 
 std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers, completion then) {
-    if (r.how == mover::ring && !workers && r.n > 0) {
-        staging_ring::lease held = engine_->ring().take(r.device);
-        if (!held.ring) {  // another read holds this device's ring: the lanes serve this one
-            request lanes = r;
-            lanes.how = mover::lanes;
-            lanes.route = route_slot(r.src->kind(), to_string(mover::lanes));
-            return start_on_lanes(lanes, std::move(then));
-        }
-        std::promise<std::size_t> done;
-        std::future<std::size_t> f = done.get_future();
-        std::size_t n = 0;
-        std::exception_ptr e;
-        try {
-            n = read_on_ring(r, *held.ring);
-        } catch (...) {
-            e = std::current_exception();
-        }
-        held = {};  // the ring is free again before anyone hears the outcome
-        if (then) then(e ? 0 : n, e);
-        if (e) done.set_exception(e);
-        else done.set_value(n);
-        return f;
-    }
     if (r.how == mover::lanes && !workers && r.n > 0) return start_on_lanes(r, std::move(then));
     auto st = std::make_shared<request_state>();
     st->file = shared_from_this();

@@ -70,7 +70,7 @@ source* file_impl::route_source(const route& r) {
     return s;
 }
 
-plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool lanes, bool caller_waits) {
+plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool lanes) {
     const bool local = source_->kind() == "posix";
     plan_facts f;
     f.memory = kind;
@@ -89,8 +89,6 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool
     f.lanes = lanes ? engine_->lanes().count() : 0;
     f.lane_buffer_size = engine_->lanes().buffer_size();
     f.lane_threshold = config_.lane_threshold;
-    f.ring_buffers = lanes && config_.staging_ring ? engine_->ring().count() : 0;
-    f.caller_waits = caller_waits;
     f.cached_fraction = [this] { return source_->cached_fraction(); };
     f.direct = [this] { return direct_unusable(); };
     f.nvidia_fs_loaded = [] { return nvidia_fs_present(); };
@@ -159,8 +157,7 @@ plan_result plan_read_route(const std::string& path, const settings& s) {
         auto f = std::make_shared<file_impl>(target, open_mode::read, s);
         // What a read of a large file into device memory would do; for residency, look at the
         // file itself (a fresh probe file is in the page cache).
-        p = f->plan(cuda_available() ? memory_kind::device : memory_kind::host, std::size_t(1) << 30, direction::read,
-                    true, true);
+        p = f->plan(cuda_available() ? memory_kind::device : memory_kind::host, std::size_t(1) << 30, direction::read);
         if (!cuda_available())
             p.reasons.insert(p.reasons.begin(), {reason_code::no_gpu, "no GPU: " + cuda_unavailable_reason(), false});
     } catch (...) {

@@ -22,7 +22,6 @@ const char* to_string(reason_code c) {
         case reason_code::no_device_dma: return "no-device-dma";
         case reason_code::staging: return "staging";
         case reason_code::stream_lanes: return "stream-lanes";
-        case reason_code::staging_ring: return "staging-ring";
         case reason_code::no_gpu: return "no-gpu";
         case reason_code::registered: return "registered";
     }
@@ -133,21 +132,6 @@ plan_result plan_route(const plan_facts& f) {
             say(reason_code::residency, std::to_string(static_cast<int>(r * 100)) +
                                             "% of the file is in the page cache: each thread reads its own "
                                             "stream from the disk (the stream lanes are for cached files)");
-            return p;
-        }
-        if (f.caller_waits && f.ring_buffers >= 2) {
-            // The lanes' reads are started and waited for by CUDA host functions, which CUDA
-            // runs one at a time, so a read late on one lane holds up the copies of all; a thread
-            // that waits anyway can queue each copy the moment its buffer is read, with reads
-            // as far ahead as the ring holds: 0.98x the copy ceiling against the lanes' 0.94x
-            // in one run on the H200 machine (docs/benchmarks.md).
-            p.chosen.how = mover::ring;
-            say(reason_code::staging_ring,
-                "a read of " + bytes_text(f.size) + " (at least FERRY_LANE_THRESHOLD, " +
-                    bytes_text(f.lane_threshold) + ") that the caller waits for goes through a ring of " +
-                    std::to_string(f.ring_buffers) + " x " + bytes_text(f.lane_buffer_size) +
-                    " pinned buffers, filled by all " + std::to_string(f.threads) +
-                    " threads, each copy to the GPU queued as soon as its buffer is read");
             return p;
         }
         p.chosen.how = mover::lanes;

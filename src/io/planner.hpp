@@ -34,7 +34,6 @@ enum class reason_code {
     no_device_dma,          ///< the source cannot move bytes to the GPU itself
     staging,                ///< the staged mover's threads and buffers
     stream_lanes,           ///< a large read into GPU memory: the stream lanes' large copies
-    staging_ring,           ///< the same, waited for by its caller: the staging ring, driven by that thread
     no_gpu,                 ///< no GPU: what a read into GPU memory would do is planned for host memory
     registered,             ///< the file is registered (ferry::registered_file): DMA from its pages, or why not
 };
@@ -79,10 +78,6 @@ struct plan_facts {
     std::size_t lanes = 0;                ///< stream lanes per device (0: none)
     std::size_t lane_buffer_size = 0;     ///< bytes of each of a lane's two buffers
     std::size_t lane_threshold = lanes_off;  ///< reads into device memory from this size take the lanes
-    /// Pinned buffers of the staging ring (0: none), each lane_buffer_size bytes; it serves
-    /// the large reads the lanes would, where the caller waits for the read to end.
-    std::size_t ring_buffers = 0;
-    bool caller_waits = false;  ///< the request is a plain read whose caller waits for it (file::read)
 
     std::function<double()> cached_fraction;                     ///< [0, 1], or -1 when unknown
     std::function<std::optional<unavailable_reason>()> direct;   ///< nullopt: O_DIRECT usable

@@ -17,9 +17,6 @@ TEST(engine, stream_lanes_take_four_staging_buffers_within_the_memory_limit) {
     engine roomy(s.resolved());
     EXPECT_EQ(roomy.lanes().count(), 4u);
     EXPECT_EQ(roomy.lanes().buffer_size(), 8u << 20);
-    // The staging ring: as many buffers as the lanes, of their size, where the limit has room.
-    EXPECT_EQ(roomy.ring().count(), 8u);
-    EXPECT_EQ(roomy.ring().buffer_size(), 8u << 20);
     // Asked for: as many lanes and as large as the limit allows.
     s.stream_lanes = 6;
     s.lane_buffer_size = 4u << 20;
@@ -38,7 +35,6 @@ TEST(engine, stream_lanes_take_four_staging_buffers_within_the_memory_limit) {
     engine tight(s.resolved());
     EXPECT_EQ(tight.lanes().buffer_size(), 64u << 10);
     EXPECT_LE(4 * 2 * tight.staging().buffer_size() + 4 * 2 * tight.lanes().buffer_size(), 1u << 20);
-    EXPECT_EQ(tight.ring().count(), 0u) << "no room left for a ring: the lanes serve every read";
 }
 
 TEST(engine, file_workers_start_on_first_use_and_count_as_pending) {

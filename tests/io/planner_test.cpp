@@ -274,53 +274,6 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     EXPECT_NE(r.reasons.back().text.find("remote source"), std::string::npos) << r.reasons.back().text;
 }
 
-// The same large reads, where the caller waits for them (file::read), take the staging ring;
-// not without one (FERRY_STAGING_RING=off, or no room under the staging limit), and never
-// where the lanes would not be taken either.
-TEST(planner, large_reads_the_caller_waits_for_take_the_staging_ring) {
-    auto waited = [](plan_facts f) {
-        f.lanes = 4;
-        f.lane_buffer_size = 8 << 20;
-        f.lane_threshold = 32 << 20;
-        f.gds = gds_mode::off;
-        f.ring_buffers = 8;
-        f.caller_waits = true;
-        return f;
-    };
-    plan_result big = plan_route(waited(facts(memory_kind::device, {})));
-    EXPECT_EQ(big.chosen.how, mover::ring);
-    EXPECT_EQ(big.chosen.counted_as, io_path::staged);
-    EXPECT_EQ(codes(big), (std::vector<reason_code>{reason_code::gds_off, reason_code::staging, reason_code::staging_ring}));
-    EXPECT_EQ(big.reasons.back().text,
-              "a read of 1 GiB (at least FERRY_LANE_THRESHOLD, 32 MiB) that the caller waits for goes through a ring "
-              "of 8 x 8 MiB pinned buffers, filled by all 16 threads, each copy to the GPU queued as soon as its "
-              "buffer is read");
-
-    plan_facts future = waited(facts(memory_kind::device, {}));
-    future.caller_waits = false;
-    EXPECT_EQ(plan_route(future).chosen.how, mover::lanes);
-    plan_facts none = waited(facts(memory_kind::device, {}));
-    none.ring_buffers = 0;
-    EXPECT_EQ(plan_route(none).chosen.how, mover::lanes);
-
-    plan_facts small = waited(facts(memory_kind::device, {}));
-    small.size = (32 << 20) - 1;
-    EXPECT_EQ(plan_route(small).chosen.how, mover::staged);
-    plan_facts write = waited(facts(memory_kind::device, {}));
-    write.dir = direction::write;
-    EXPECT_EQ(plan_route(write).chosen.how, mover::staged);
-    EXPECT_EQ(plan_route(waited(facts(memory_kind::managed, {}))).chosen.how, mover::staged);
-    EXPECT_EQ(plan_route(waited(facts(memory_kind::host, {}))).chosen.how, mover::host);
-    plan_facts cold = waited(facts(memory_kind::device, {}));
-    cold.cached_fraction = [] { return 0.1; };
-    EXPECT_EQ(plan_route(cold).chosen.how, mover::staged);
-    plan_facts remote = waited(facts(memory_kind::device, {}));
-    remote.source_kind = "http";
-    remote.remote = true;
-    remote.offers_cufile = remote.offers_direct = false;
-    EXPECT_EQ(plan_route(remote).chosen.how, mover::staged);
-}
-
 TEST(planner, every_code_has_a_name) {
     for (int c = 0; c <= static_cast<int>(reason_code::registered); ++c)
         EXPECT_STRNE(to_string(static_cast<reason_code>(c)), "?");

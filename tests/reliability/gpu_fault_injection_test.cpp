@@ -125,36 +125,6 @@ TEST_F(gpu_fault_injection, read_to_device_stream_ordered) {
     gpu_faults(op);
 }
 
-// A read waited for through the staging ring: 8 buffers of 64 KiB (a 2 MiB limit leaves room
-// for them besides the staging buffers and the lanes), so the read goes round the ring twice.
-TEST_F(gpu_fault_injection, read_to_device_staging_ring) {
-    std::string path = dir_ / "in.bin";
-    write_pattern_file(path, file_bytes);
-    const auto expect = pattern(file_bytes);
-    device_buffer dst(file_bytes);
-    settings s = small_settings();
-    s.staging_buffer_size = 64 << 10;
-    s.lane_buffer_size = 64 << 10;
-    s.staging_memory_limit = 2 << 20;
-    settings::set_global(s);
-    {
-        file f(path, open_mode::read, s);
-        f.read(dst.data(), file_bytes, 0);
-        const io_stats st = f.stats();  // route() points into this snapshot
-        const route_stats* ring = st.route("posix", "ring");
-        ASSERT_TRUE(ring && ring->read.bytes == file_bytes) << "the read did not take the staging ring";
-    }
-    operation op;
-    op.name = "file::read (device, staging ring)";
-    op.prepare = [&] { fill_memory(dst.data(), 0, file_bytes); };
-    op.run = [&] {
-        file f(path, open_mode::read, s);
-        f.read(dst.data(), file_bytes, 0);
-    };
-    op.ok = [&] { EXPECT_TRUE(device_bytes(dst.data(), file_bytes) == expect) << "bytes differ"; };
-    gpu_faults(op);
-}
-
 TEST_F(gpu_fault_injection, write_from_device_stream_ordered) {
     std::string path = dir_ / "out.bin";
     const auto data = pattern(file_bytes, 0, 7);

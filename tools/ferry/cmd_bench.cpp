@@ -102,7 +102,6 @@ struct path_config {
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
     std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
     bool registered = false;  ///< the file registered once (ferry::registered_file) for this path's rows
-    bool ring = false;  ///< reads from lane_threshold through the staging ring (file::read waits for them)
     bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
 };
 
@@ -145,7 +144,7 @@ int run_bench(bench_args a) {
     std::size_t max_threads = a.threads.back();
 
     std::vector<path_config> configs;
-    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "ring", "staged+direct", "cufile"}
+    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
                                        : std::vector<std::string>{"host", "direct"};
     for (auto p : a.paths) {
         // Into host memory the staged routes are plain host reads: name the rows by what they do.
@@ -161,13 +160,13 @@ int run_bench(bench_args a) {
                                           "so --cold does not apply");
             configs.push_back({p, gds_mode::off, direct_io_mode::off, false, lanes_off, true});
         }
-        else if (p == "stream" || p == "lanes" || p == "ring") {
-            if (!gpu) throw usage_error("--paths " + p + ": the stream lanes and the staging ring serve GPU memory only");
+        else if (p == "stream" || p == "lanes") {
+            if (!gpu) throw usage_error("--paths " + p + ": the stream lanes serve GPU memory only");
             if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
-            else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0, false, p == "ring"});
+            else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0});
         } else
             throw usage_error("--paths: unknown path " + p +
-                              " (staged, lanes, ring, staged+direct, cufile, host, direct, auto, stream, registered)");
+                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
     }
 
     scratch_files scratch;
@@ -279,7 +278,6 @@ int run_bench(bench_args a) {
                         s.direct_io = pc.direct;
                         s.gds_threshold = 0;
                         s.lane_threshold = pc.lane_threshold;
-                        if (pc.name != "auto") s.staging_ring = pc.ring;
                         std::optional<ferry::file> f;
                         std::optional<ferry::stream> st;
                         auto read_all = [&](std::uint64_t n) {
@@ -430,9 +428,7 @@ int run_bench(bench_args a) {
                 pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
     for (const auto& r : rows) {
         std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
-        if (r.buffers && r.lanes && r.name == "ring")  // as many buffers as the lanes have, of their size
-            name += " [" + std::to_string(2 * r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
-        else if (r.buffers && r.lanes) name += " [" + std::to_string(r.buffers) + " lanes, 2x" + human_bytes(r.buffer_size) + "]";
+        if (r.buffers && r.lanes) name += " [" + std::to_string(r.buffers) + " lanes, 2x" + human_bytes(r.buffer_size) + "]";
         else if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
         char vs_pread[16] = "", vs_pcie[16] = "", vs_naive[16] = "";
         if (r.kind == "ferry") {
@@ -476,7 +472,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
     c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
     c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
-    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), ring (the staging ring, which reads waited for take), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");

@@ -10,7 +10,6 @@ std::string_view to_string(mover m) {
         case mover::staged: return "staged";
         case mover::device_dma: return "device-dma";
         case mover::lanes: return "lanes";
-        case mover::ring: return "ring";
     }
     return "?";
 }

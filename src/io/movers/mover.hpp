@@ -18,9 +18,9 @@
 
 namespace ferry::detail {
 
-enum class mover { host, staged, device_dma, lanes, ring };
+enum class mover { host, staged, device_dma, lanes };
 
-/// "host", "staged", "device-dma", "lanes", "ring".
+/// "host", "staged", "device-dma", "lanes".
 std::string_view to_string(mover m);
 
 enum class direction { read, write };
