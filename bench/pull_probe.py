@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from bench_common import parse_size
+
 KERNEL = r"""
 extern "C" __global__ void pull(const uint4* __restrict__ src, uint4* __restrict__ dst,
                                 unsigned long long n, unsigned long long src_mask) {
@@ -34,9 +36,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     import cupy as cp
-    units = {"M": 20, "G": 30}
-    size = int(a.size[:-1]) << units[a.size[-1]]
-    small = int(a.small[:-1]) << units[a.small[-1]]
+    size = parse_size(a.size)
+    small = parse_size(a.small)
     rt = cp.cuda.runtime
     kern = cp.RawKernel(KERNEL, "pull")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]

@@ -24,13 +24,10 @@ import time
 
 import numpy as np
 
+from bench_common import parse_size
+
 READ_ONLY = 8  # cudaHostRegisterReadOnly
 HOST_TO_DEVICE = 1
-
-
-def size_arg(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
 
 
 def child(a):
@@ -45,7 +42,7 @@ def child(a):
     stream = cp.cuda.Stream(non_blocking=True)
     fd = os.open(a.file, os.O_RDONLY)
     fractions = [float(f) for f in a.fractions.split(",")]
-    pieces = [size_arg(p) for p in a.pieces.split(",")]
+    pieces = [parse_size(p) for p in a.pieces.split(",")]
     cases = [(f, p) for f in fractions for p in (pieces if f > 0 else pieces[:1])]
     results = {}
 
