@@ -10,12 +10,20 @@
 // c - 1 once that chunk's copy is done. So up to B - 1 chunks are read while one or two copies
 // are queued.
 //
-//     ferry_ring_probe FILE [BxS:P ...]     e.g. 8x8M:1M 16x4M:1M 12x8M:2M (FILE hot)
+//     ferry_ring_probe FILE [BxS:P ...] [--copy pread|map|map-nt]   e.g. 8x8M:1M 16x1M:256K (FILE hot)
+//
+// --copy says how a piece gets from the page cache into the ring: pread (the kernel's copy, as in
+// the engine), map (memcpy out of a read-only mapping of the file made inside each timed run,
+// each piece populated with MADV_POPULATE_READ first), or map-nt (the same with non-temporal
+// AVX2 stores, which write the ring without reading its lines into the CPU caches first). Each
+// run's mapping is made and removed inside the timed run.
 //
 // Prints GB/s per ring, best of --repeat (3) after one warm pass, and the ceiling: one copy of
 // the file's size from one pinned allocation into the same device memory.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <immintrin.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,13 +103,46 @@ private:
     bool stop_ = false;
 };
 
+enum class copy_mode { pread, map, map_nt };
+
+// Non-temporal copy of n bytes to a 32-byte aligned dst.
+__attribute__((target("avx2"))) void copy_nt(char* dst, const char* src, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+        __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+        __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+    }
+    _mm_sfence();
+    if (i < n) std::memcpy(dst + i, src + i, n - i);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
 struct ring_shape {
     std::size_t buffers, size, piece;
     std::string text;
 };
 
 double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& r, pool& workers,
-                cudaStream_t stream, std::vector<cudaEvent_t>& events, bool& ok) {
+                cudaStream_t stream, std::vector<cudaEvent_t>& events, bool& ok, copy_mode mode) {
+    auto t0 = std::chrono::steady_clock::now();
+    const char* map = nullptr;
+    if (mode != copy_mode::pread) {
+        void* m = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            std::perror("ring_probe: mmap");
+            std::exit(1);
+        }
+        map = static_cast<const char*>(m);
+    }
     const std::size_t chunks = (n + r.size - 1) / r.size;
     std::vector<std::atomic<int>> left(chunks);
     std::atomic<bool> failed{false};
@@ -115,6 +156,14 @@ double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& 
         for (int p = 0; p < pieces; ++p) {
             workers.submit([&, c, buf, off, len, p] {
                 std::size_t at = static_cast<std::size_t>(p) * r.piece, m = std::min(r.piece, len - at);
+                if (mode != copy_mode::pread) {
+                    const char* src = map + off + at;
+                    // Page-aligned start for the populate call (pieces start on piece bounds).
+                    if (::madvise(const_cast<char*>(src), m, MADV_POPULATE_READ) != 0) failed = true;
+                    if (mode == copy_mode::map_nt) copy_nt(buf + at, src, m);
+                    else std::memcpy(buf + at, src, m);
+                    m = 0;
+                }
                 while (m > 0) {
                     ssize_t got = ::pread(fd, buf + at, m, static_cast<off_t>(off + at));
                     if (got <= 0) {
@@ -129,7 +178,6 @@ double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& 
             });
         }
     };
-    auto t0 = std::chrono::steady_clock::now();
     for (std::size_t c = 0; c + 1 < r.buffers && c < chunks; ++c) start_chunk(c);
     for (std::size_t c = 0; c < chunks; ++c) {
         for (int v = left[c].load(); v != 0; v = left[c].load()) left[c].wait(v);
@@ -144,6 +192,7 @@ double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& 
     }
     check(cudaStreamSynchronize(stream), "sync");
     while (running.load() != 0) std::this_thread::yield();
+    if (map != nullptr) ::munmap(const_cast<char*>(map), n);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ok = !failed;
     return s;
@@ -153,16 +202,28 @@ double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& 
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: ferry_ring_probe FILE [BxS:P ...] [--threads T] [--repeat R]\n");
+        std::fprintf(stderr, "usage: ferry_ring_probe FILE [BxS:P ...] [--threads T] [--repeat R] [--copy pread|map|map-nt]\n");
         return 2;
     }
     const char* path = argv[1];
     std::vector<ring_shape> shapes;
     int threads = 16, repeat = 3;
+    copy_mode mode = copy_mode::pread;
+    std::string mode_text = "pread";
     for (int i = 2; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
         else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
+        else if (a == "--copy" && i + 1 < argc) {
+            mode_text = argv[++i];
+            if (mode_text == "pread") mode = copy_mode::pread;
+            else if (mode_text == "map") mode = copy_mode::map;
+            else if (mode_text == "map-nt") mode = copy_mode::map_nt;
+            else {
+                std::fprintf(stderr, "ring_probe: --copy %s is not pread, map or map-nt\n", mode_text.c_str());
+                return 2;
+            }
+        }
         else {
             auto x = a.find('x'), colon = a.find(':');
             if (x == std::string::npos || colon == std::string::npos) {
@@ -198,18 +259,18 @@ int main(int argc, char** argv) {
     char* ring = nullptr;
     check(cudaHostAlloc(reinterpret_cast<void**>(&ring), most, cudaHostAllocDefault), "cudaHostAlloc");
     std::memset(ring, 0, most);
-    std::printf("| ring (buffers x size : piece) | staging | GB/s, best of %d | runs |\n| --- | --- | --- | --- |\n", repeat);
+    std::printf("| ring (buffers x size : piece), copy | staging | GB/s, best of %d | runs |\n| --- | --- | --- | --- |\n", repeat);
     bool ok = true;
-    run_ring(fd, n, dst, ring, shapes[0], workers, stream, events, ok);  // warm: every page of dst
+    run_ring(fd, n, dst, ring, shapes[0], workers, stream, events, ok, mode);  // warm: every page of dst
     for (auto& s : shapes) {
         double best = 1e30;
         std::string runs;
         for (int i = 0; i < repeat; ++i) {
-            double t = run_ring(fd, n, dst, ring, s, workers, stream, events, ok);
+            double t = run_ring(fd, n, dst, ring, s, workers, stream, events, ok, mode);
             best = std::min(best, t);
             runs += std::to_string(static_cast<int>(n / t / 1e7) / 100.0).substr(0, 5) + " ";
         }
-        std::printf("| %s | %zu MiB | %.2f | %s|\n", s.text.c_str(), s.buffers * s.size >> 20, n / best / 1e9, runs.c_str());
+        std::printf("| %s, %s | %zu MiB | %.2f | %s|\n", s.text.c_str(), mode_text.c_str(), s.buffers * s.size >> 20, n / best / 1e9, runs.c_str());
         std::fflush(stdout);
     }
     // Byte check of the last ring run's destination against the file, 1 MiB at 16 places.
