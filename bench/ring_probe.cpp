@@ -158,8 +158,9 @@ double run_ring(int fd, std::size_t n, char* dst, char* ring, const ring_shape& 
                 std::size_t at = static_cast<std::size_t>(p) * r.piece, m = std::min(r.piece, len - at);
                 if (mode != copy_mode::pread) {
                     const char* src = map + off + at;
-                    // Page-aligned start for the populate call (pieces start on piece bounds).
-                    if (::madvise(const_cast<char*>(src), m, MADV_POPULATE_READ) != 0) failed = true;
+                    // madvise takes a page-aligned start: round the piece's start down.
+                    std::size_t lead = (off + at) % static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+                    if (::madvise(const_cast<char*>(src - lead), m + lead, MADV_POPULATE_READ) != 0) failed = true;
                     if (mode == copy_mode::map_nt) copy_nt(buf + at, src, m);
                     else std::memcpy(buf + at, src, m);
                     m = 0;
@@ -218,9 +219,9 @@ int main(int argc, char** argv) {
             mode_text = argv[++i];
             if (mode_text == "pread") mode = copy_mode::pread;
             else if (mode_text == "map") mode = copy_mode::map;
-            else if (mode_text == "map-nt") mode = copy_mode::map_nt;
+            else if (mode_text == "map-nt" && __builtin_cpu_supports("avx2")) mode = copy_mode::map_nt;
             else {
-                std::fprintf(stderr, "ring_probe: --copy %s is not pread, map or map-nt\n", mode_text.c_str());
+                std::fprintf(stderr, "ring_probe: --copy %s is not pread, map or map-nt (map-nt needs AVX2)\n", mode_text.c_str());
                 return 2;
             }
         }
