@@ -17,6 +17,7 @@ import pytest
 
 import ferry
 from hub_checkpoints import hub_save, reference
+from servers import modules_missing, need
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -78,8 +79,7 @@ def _same(got, ref):
 
 @pytest.fixture(scope="module")
 def served():
-    if NGINX is None:
-        pytest.skip("nginx is not installed (scripts/deps.sh installs it)")
+    need("nginx is not installed (scripts/deps.sh installs it)" if NGINX is None else "")
     root = tempfile.mkdtemp(prefix="ferry-remote-")
     try:
         www = os.path.join(root, "www")
@@ -166,8 +166,8 @@ def test_load_a_url_into_gpu_memory(served, cupy):
 def s3(tmp_path_factory):
     """One moto S3 server for the module (it takes seconds to start), with the environment that
     points ferry at it, a bucket, and checkpoints written by huggingface_hub under prefixes."""
-    pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
+    need(modules_missing("moto.server", "flask", "flask_cors", "boto3"))
+    import boto3
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

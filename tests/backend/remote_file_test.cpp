@@ -68,8 +68,9 @@ protected:
         save_safetensors(*dir_ / "m.safetensors", {{"w", a}, {"b", fromfile(*dir_ / "raw.bin", typed_order{dtype::int16}, 100)}});
         save_checkpoint(*dir_ / "ckpt", checkpoint_tensors(), 200000);
         write_pattern_file(*dir_ / "big.bin", (9u << 20) + 123, 5);
-        server_ = new nginx_server(dir_->path());
+        if (nginx_missing().empty()) server_ = new nginx_server(dir_->path());
     }
+    void SetUp() override { FERRY_NEED_SERVER(nginx_missing()); }
     static void TearDownTestSuite() {
         delete server_;
         delete dir_;
@@ -266,6 +267,7 @@ TEST_F(remote_file_test, remote_checkpoints_load_into_gpu_memory) {
 }
 
 TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
+    FERRY_NEED_SERVER(moto_missing());
     moto_server server;
     temp_dir dir;
     write_pattern_file(dir / "raw.bin", 1 << 20, 8);
@@ -356,6 +358,7 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
 // An assume-role profile against moto's STS: the role's temporary credentials sign the reads,
 // and the doctor names the link (profile, role, source profile), never a key.
 TEST(remote_s3_file, an_assume_role_profile_reads_and_the_doctor_names_it) {
+    FERRY_NEED_SERVER(moto_missing());
     moto_server server;
     temp_dir dir;
     write_pattern_file(dir / "raw.bin", 100000, 4);

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "test_util.hpp"
 
 namespace ferry::test {
@@ -160,6 +162,34 @@ inline std::string nginx_binary() {
     return {};
 }
 
+/// Why nginx cannot be started here ("" when it can).
+inline std::string nginx_missing() {
+    std::string bin = nginx_binary();
+    if (bin.empty()) return "nginx is not installed (scripts/deps.sh installs it)";
+    if (!std::filesystem::exists(bin)) return bin + " does not exist (NGINX_ROOT names unpacked nginx packages)";
+    return "";
+}
+
+/// Why moto's S3 server cannot be started here ("" when it can): its modules are looked up once,
+/// so a machine without them skips at once instead of waiting out a start that cannot happen.
+inline const std::string& moto_missing() {
+    static const std::string why = [] {
+        std::string cmd = python() + " -c 'import moto.server, flask, flask_cors' >/dev/null 2>&1";
+        return std::system(cmd.c_str()) == 0
+                   ? std::string()
+                   : std::string("moto's S3 server is not installed (pip install 'moto[server]'; scripts/deps.sh "
+                                 "installs it)");
+    }();
+    return why;
+}
+
+/// Whether a missing server fails a test instead of skipping it: FERRY_REQUIRE_SERVERS=1, as CI
+/// sets, where every server is installed and a skip would hide a broken install.
+inline bool servers_required() {
+    const char* v = std::getenv("FERRY_REQUIRE_SERVERS");
+    return v && std::string(v) == "1";
+}
+
 /// nginx serving `root` on a free 127.0.0.1 port, in the foreground, with a temporary prefix;
 /// over TLS when `cert` and `key` (PEM files) are given.
 class nginx_server {
@@ -242,3 +272,12 @@ private:
 };
 
 }  // namespace ferry::test
+
+/// Skips the test (or fails it, where servers_required()) when `why` names something missing.
+#define FERRY_NEED_SERVER(why)                                                                      \
+    do {                                                                                            \
+        if (const std::string ferry_why_ = (why); !ferry_why_.empty()) {                            \
+            if (::ferry::test::servers_required()) FAIL() << ferry_why_ << " (FERRY_REQUIRE_SERVERS=1)"; \
+            GTEST_SKIP() << ferry_why_;                                                             \
+        }                                                                                           \
+    } while (0)
