@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _ferry
 from ._convert import (
+    as_destination,
     as_ferry,
     dtype_text,
     empty_in_library,
@@ -104,9 +105,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         raise UsageError("offset %d is outside the file (%d bytes)" % (start, size))
     available = (size - start) // itemsize
     if out is not None:
+        a = as_destination(out, "fromfile: out=")
         if isinstance(out, np.ndarray):
-            if not out.flags.c_contiguous:
-                raise UsageError("fromfile: out= must be C-contiguous")
             try:
                 want = np.dtype(dtype)
             except TypeError:
@@ -114,7 +114,6 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
             if want is not None and out.dtype != want:
                 raise UsageError("fromfile: out= has dtype %s, not %s (its byte order included)"
                                  % (out.dtype.str, want.str))
-        a = as_ferry(out)
         keep = isinstance(out, np.ndarray) or (not is_gpu(a.device) and isinstance(out, _ferry.Array))
         _ferry.fromfile_into(path, text, a, int(count), start, keep)
         if fobj is not None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _ferry
 from ._convert import (
+    as_destination,
     as_ferry,
     block_allocator,
     dtype_text,
@@ -178,8 +179,6 @@ def _plain_state(module: Any) -> dict | None:
 
 
 def _check_destination(name: str, value: Any) -> None:
-    if isinstance(value, np.ndarray) and not (value.flags.c_contiguous and value.flags.writeable):
-        raise UsageError("into[%r]: a numpy destination must be C-contiguous and writeable" % name)
     is_contiguous = getattr(value, "is_contiguous", None)
     if callable(is_contiguous) and not is_contiguous():
         raise UsageError("into[%r]: the destination must be contiguous" % name)
@@ -187,7 +186,7 @@ def _check_destination(name: str, value: Any) -> None:
 
 def _destination(name: str, value: Any) -> Any:
     _check_destination(name, value)
-    return as_ferry(value)
+    return as_destination(value, "into[%r]" % name)
 
 
 def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
@@ -213,7 +212,7 @@ def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
         if isinstance(value, (_ferry.Array, np.ndarray)) or not (
             hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
         ):
-            out.append(as_ferry(value))
+            out.append(as_destination(value, "into[%r]" % name))
         else:
             all_torch_gpu = all_torch_gpu and _is_torch_gpu(value)
             foreign.append(len(out))

@@ -293,6 +293,32 @@ def as_ferry(obj: Any) -> _ferry.Array:
     return _ferry.as_array(obj)
 
 
+def as_destination(obj: Any, what: str) -> _ferry.Array:
+    """A ferry.Array viewing `obj`'s memory, which a read will write: read-only memory, memory
+    that is not C-contiguous and objects without memory of their own (a list would be copied,
+    and the copy written) are refused, naming `what` ("fromfile: out=", "into['w']"), before
+    any byte moves."""
+    if isinstance(obj, _ferry.Array):
+        return obj
+    if isinstance(obj, np.ndarray) or not (
+        hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
+    ):
+        if isinstance(obj, np.ndarray):
+            arr = obj
+        else:
+            try:
+                arr = np.asarray(memoryview(obj))
+            except TypeError:
+                raise UsageError("%s: a %s has no memory to read into; pass an array (numpy, CuPy, "
+                                 "PyTorch, JAX or ferry)" % (what, type(obj).__name__)) from None
+        if not arr.flags.writeable:
+            raise UsageError("%s: the destination is read-only" % what)
+        if not arr.flags.c_contiguous:
+            raise UsageError("%s: the destination must be C-contiguous" % what)
+        return _ferry.as_array(arr, dtype_text(arr.dtype)[0], True)
+    return _ferry.as_array(obj, None, True)
+
+
 def fspath(file: Any) -> str | None:
     if isinstance(file, (str, bytes, os.PathLike)):
         return os.fsdecode(file)
