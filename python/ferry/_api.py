@@ -22,6 +22,7 @@ from ._convert import (
     keeps_byte_order,
     library_converter,
     target,
+    text_key,
     to_library,
 )
 from ._errors import UsageError
@@ -243,7 +244,7 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
             fmt = "safetensors"
         if fmt != "safetensors":
             raise UsageError("a dict of arrays is saved as safetensors, not %s" % fmt)
-        arrays = [(str(k), as_ferry(v)) for k, v in array_or_dict.items()]
+        arrays = [(text_key(p, "tensor name", k), as_ferry(v)) for k, v in array_or_dict.items()]
     else:
         if fmt == "safetensors":
             raise UsageError("safetensors holds named tensors: pass a dict name -> array")
@@ -257,7 +258,7 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
         if not isinstance(k, str) or not isinstance(v, (str, int, float)):
             raise UsageError("%s: metadata maps str to str (numbers are written as text); %r: %r "
                              "is %s to %s" % (p, k, v, type(k).__name__, type(v).__name__))
-        meta[k] = str(v)
+        meta[text_key(p, "metadata key", k)] = text_key(p, "metadata value of %r" % k, str(v))
     _ferry.save(p, fmt, arrays, meta)
 
 

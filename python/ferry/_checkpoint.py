@@ -22,6 +22,7 @@ from ._convert import (
     fspath,
     library_converter,
     target,
+    text_key,
     wraps_without_reading,
 )
 from ._errors import UsageError
@@ -373,7 +374,7 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
         tensors = tensors.state_dict()
     if not isinstance(tensors, Mapping):
         raise UsageError("save_checkpoint takes a dict name -> array (or a module)")
-    arrays = [(str(k), as_ferry(v)) for k, v in tensors.items()]
+    arrays = [(text_key(p, "tensor name", k), as_ferry(v)) for k, v in tensors.items()]
     return _ferry.save_checkpoint(os.fspath(p), arrays, _parse_size(max_shard_size),
                                   {str(k): str(v) for k, v in (metadata or {}).items()})
 

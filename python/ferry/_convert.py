@@ -82,6 +82,18 @@ def dtype_text(dtype: Any) -> tuple[str, int]:
     raise TypeError("ferry moves numbers and booleans only; dtype %s is not supported" % dt)
 
 
+def moves_dtype(dtype: Any) -> bool:
+    """Whether ferry has an element type for `dtype`. numpy's structured, object, string and
+    long double dtypes have none: the drop-ins in ferry.numpy hand those to numpy."""
+    try:
+        text, _ = dtype_text(dtype)
+    except TypeError:
+        return False
+    if text in _FERRY_NAMES:
+        return True
+    return np.dtype(text).newbyteorder("=").name in _FERRY_NAMES
+
+
 def numpy_dtype(name: str, byteorder: str):
     """The numpy dtype of a ferry array's elements, or None when numpy has none here."""
     if name in _EXTENDED:
@@ -317,6 +329,20 @@ def as_destination(obj: Any, what: str) -> _ferry.Array:
             raise UsageError("%s: the destination must be C-contiguous" % what)
         return _ferry.as_array(arr, dtype_text(arr.dtype)[0], True)
     return _ferry.as_array(obj, None, True)
+
+
+def text_key(path: str, what: str, key: Any) -> str:
+    """`key` as a name in a file's header (a safetensors tensor name or metadata entry), which
+    is UTF-8 JSON text: anything but a str is refused (``None`` would be saved as "None"), and
+    so is a str holding bytes that are not UTF-8 (os.fsdecode's surrogates)."""
+    if not isinstance(key, str):
+        raise UsageError("%s: a %s must be a str, not %s (%r)" % (path, what, type(key).__name__, key))
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("%s: the %s %r is not UTF-8 text (safetensors headers are UTF-8 JSON)"
+                         % (path, what, key)) from None
+    return key
 
 
 def fspath(file: Any) -> str | None:

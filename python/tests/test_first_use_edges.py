@@ -52,3 +52,41 @@ def test_into_is_checked_before_any_byte_moves(tmp_path):
     ferry.load_checkpoint(st, into={"w": dest})
     assert bytes(dest) == bytes(range(4))
 
+
+def _numpy_bytes(save, *args):
+    import io
+
+    buf = io.BytesIO()
+    save(buf, *args)
+    return buf.getvalue()
+
+
+def test_numpy_drop_ins_give_numpy_the_dtypes_ferry_has_none_for(tmp_path):
+    p = tmp_path / "s.bin"
+    p.write_bytes(bytes(range(6)))
+    structured = [("a", "u1"), ("b", "u1")]
+    want = np.fromfile(p, dtype=structured)
+    np.testing.assert_array_equal(fnp.fromfile(p, dtype=structured), want)
+    with open(p, "rb") as f:
+        np.testing.assert_array_equal(fnp.fromfile(f, dtype=structured), want)
+    a = np.arange(3, dtype=np.longdouble)
+    fnp.save(tmp_path / "l.npy", a)
+    assert (tmp_path / "l.npy").read_bytes() == _numpy_bytes(np.save, a)
+    fnp.tofile(a, tmp_path / "l.bin")
+    assert (tmp_path / "l.bin").read_bytes() == a.tobytes()
+    np.testing.assert_array_equal(fnp.fromfile(tmp_path / "l.bin", dtype=np.longdouble), a)
+
+
+def test_save_takes_str_keys_of_utf8_text_only(tmp_path):
+    st = tmp_path / "k.safetensors"
+    a = np.ones(2, np.float32)
+    for bad, why in [({None: a}, "must be a str, not NoneType"), ({1: a}, "must be a str, not int"),
+                     ({os.fsdecode(b"w\xff"): a}, "is not UTF-8")]:
+        with pytest.raises(ferry.UsageError, match="k.safetensors: .*tensor name.*" + why):
+            ferry.save(st, bad)
+        with pytest.raises(ferry.UsageError, match=why):
+            ferry.save_checkpoint(tmp_path / "ck", bad)
+    with pytest.raises(ferry.UsageError, match="metadata value of 'k'.* is not UTF-8"):
+        ferry.save(st, {"w": a}, {"k": os.fsdecode(b"v\xfe")})
+    assert not st.exists() and not (tmp_path / "ck" / "model.safetensors").exists()
+
