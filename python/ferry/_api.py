@@ -268,7 +268,10 @@ def info(path: Any, format: str | None = None) -> dict:
     ``header_size``, ``arrays`` (``name``, ``dtype``, ``byte_order``: "little", "big" or None
     for one-byte types, ``order``: "C" or "F", ``shape`` as a tuple, ``begin``, ``end``) and
     ``metadata``."""
-    d = _ferry.describe(os.fsdecode(path), format)
+    p = os.fsdecode(path)
+    d = _ferry.describe(p, format)
+    # The header's JSON replaces bytes that are not UTF-8; the path as given reopens the file.
+    d["file"] = p
     for a in d["arrays"]:
         a["shape"] = tuple(a["shape"])
     return d

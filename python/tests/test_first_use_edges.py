@@ -90,3 +90,16 @@ def test_save_takes_str_keys_of_utf8_text_only(tmp_path):
         ferry.save(st, {"w": a}, {"k": os.fsdecode(b"v\xfe")})
     assert not st.exists() and not (tmp_path / "ck" / "model.safetensors").exists()
 
+
+def test_paths_that_are_not_utf8(tmp_path):
+    missing = os.path.join(str(tmp_path), os.fsdecode(b"\xfe\xfdmissing.npy"))
+    for call in (ferry.load, ferry.info, lambda p: ferry.fromfile(p, np.uint8)):
+        with pytest.raises(FileNotFoundError) as e:
+            call(missing)
+        assert e.value.filename == missing
+    name = os.path.join(str(tmp_path), os.fsdecode(b"\xff\xfex.npy"))
+    np.save(name, np.arange(3))
+    d = ferry.info(name)
+    assert d["file"] == name  # the name reopens the file
+    np.testing.assert_array_equal(ferry.load(d["file"]), np.arange(3))
+
