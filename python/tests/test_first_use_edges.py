@@ -103,3 +103,13 @@ def test_paths_that_are_not_utf8(tmp_path):
     assert d["file"] == name  # the name reopens the file
     np.testing.assert_array_equal(ferry.load(d["file"]), np.arange(3))
 
+
+def test_files_that_say_0_bytes_but_have_content_are_refused(tmp_path):
+    for read in (lambda: ferry.fromfile("/proc/self/status", np.uint8),
+                 lambda: ferry.load("/proc/self/status", dtype=np.uint8),
+                 lambda: fnp.fromfile(open("/proc/self/status", "rb"), np.uint8)):
+        with pytest.raises(ferry.FormatError, match="size: the file says it holds 0 bytes but has content"):
+            read()
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert ferry.fromfile(tmp_path / "empty.bin", np.uint8).size == 0
+
