@@ -113,3 +113,15 @@ def test_files_that_say_0_bytes_but_have_content_are_refused(tmp_path):
     (tmp_path / "empty.bin").write_bytes(b"")
     assert ferry.fromfile(tmp_path / "empty.bin", np.uint8).size == 0
 
+
+@pytest.mark.skipif(HAVE_GPU, reason="the error of a machine without a GPU")
+def test_pinned_memory_without_a_gpu_says_why(tmp_path):
+    p = tmp_path / "x.bin"
+    np.arange(4, dtype=np.float32).tofile(p)
+    with pytest.raises(ferry.Error) as cuda:
+        ferry.fromfile(p, np.float32, device="cuda")
+    with pytest.raises(ferry.Error) as pinned:
+        ferry.fromfile(p, np.float32, device="pinned")
+    assert type(pinned.value) is type(cuda.value)
+    assert ferry.cuda_unavailable_reason() in str(pinned.value)
+
