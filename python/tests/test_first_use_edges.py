@@ -125,3 +125,16 @@ def test_pinned_memory_without_a_gpu_says_why(tmp_path):
     assert type(pinned.value) is type(cuda.value)
     assert ferry.cuda_unavailable_reason() in str(pinned.value)
 
+
+def test_zarr_gpu_buffers_without_cupy_say_so(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    import ferry.zarr
+    from ferry._convert import optional_module
+
+    if optional_module("cupy") is not None:
+        pytest.skip("CuPy is installed")
+    z = zarr.create_array(ferry.zarr.Store(tmp_path / "a.zarr"), shape=(8,), chunks=(4,), dtype="f4")
+    z[:] = np.arange(8, dtype="f4")
+    with zarr.config.enable_gpu(), pytest.raises(ferry.UsageError, match="CuPy cannot be imported"):
+        zarr.open_array(store=ferry.zarr.Store(tmp_path / "a.zarr"), mode="r")[:]
+
