@@ -20,6 +20,7 @@ from ._convert import (
     block_allocator,
     dtype_text,
     fspath,
+    import_ahead,
     library_converter,
     target,
     text_key,
@@ -326,7 +327,7 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         early = wraps_without_reading(lib)
         arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
                                                False, route, cb, block_allocator(lib, dev),
-                                               convert if early else None)
+                                               convert if early else None, import_ahead(lib, dev))
         out = CheckpointTensors(arrays if early else ((name, convert(a)) for name, a in arrays))
         out.stats = stats
         return out

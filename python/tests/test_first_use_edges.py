@@ -138,3 +138,35 @@ def test_zarr_gpu_buffers_without_cupy_say_so(tmp_path):
     with zarr.config.enable_gpu(), pytest.raises(ferry.UsageError, match="CuPy cannot be imported"):
         zarr.open_array(store=ferry.zarr.Store(tmp_path / "a.zarr"), mode="r")[:]
 
+
+_FIRST_LOAD = textwrap.dedent("""
+    import importlib.abc, sys, time
+
+    class SlowImport(importlib.abc.MetaPathFinder):
+        # ml_dtypes as slow to import as it was on a cold machine (1.2 s seen there).
+        def find_spec(self, name, path, target=None):
+            if name == "ml_dtypes":
+                time.sleep(0.5)
+            return None
+
+    sys.meta_path.insert(0, SlowImport())
+    import ferry
+    assert "ml_dtypes" not in sys.modules
+    r = ferry.load_checkpoint(sys.argv[1])
+    assert str(r["w"].dtype) == "bfloat16"
+    print(r.stats["seconds"], r.stats["import_seconds"])
+""")
+
+
+def test_one_time_imports_are_kept_out_of_a_loads_seconds(tmp_path):
+    pytest.importorskip("ml_dtypes")
+    st = tmp_path / "bf16.safetensors"
+    header = b'{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}'
+    st.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", _FIRST_LOAD, str(st)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seconds, imports = map(float, out.stdout.split())
+    assert imports >= 0.5 and seconds < 0.4, (seconds, imports)
+
