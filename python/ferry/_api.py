@@ -227,8 +227,9 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
          format: str | None = None) -> None:
     """Saves one array as .npy (or raw), or a dict name -> array as safetensors (with string
     ``metadata``), atomically. The format follows the extension unless ``format`` is given; a
-    dict is always saved as safetensors. Arrays may be numpy, CuPy, PyTorch, JAX or ferry, in
-    host or GPU memory.
+    dict is saved as safetensors (to a path whose extension names no other format: a dict to
+    ``.npy`` raises UsageError). Tensor names and metadata are str of UTF-8 text. Arrays may be
+    numpy, CuPy, PyTorch, JAX or ferry, in host or GPU memory.
 
     >>> import numpy as np, ferry
     >>> ferry.save("/tmp/w.safetensors", {"w": np.ones(3, np.float32)}, {"step": "1"})

@@ -41,6 +41,11 @@ class Split(NamedTuple):
 
 
 def split(dim: int, parts: int, part: int) -> Split:
+    """The slice rule "split dimension ``dim`` into ``parts`` parts, take part ``part``", for
+    ``slices=`` of :func:`load_checkpoint`. Part ``k`` of ``n`` rows holds rows
+    ``[k*n//parts, (k+1)*n//parts)``: when ``parts`` does not divide ``n`` the larger parts come
+    last (100 rows in 3 parts: 33, 33, 34), where ``torch.tensor_split`` puts them first (34,
+    33, 33). ``dim`` may be negative (-1: the last dimension)."""
     return Split(dim, parts, part)
 
 

@@ -170,3 +170,21 @@ def test_one_time_imports_are_kept_out_of_a_loads_seconds(tmp_path):
     seconds, imports = map(float, out.stdout.split())
     assert imports >= 0.5 and seconds < 0.4, (seconds, imports)
 
+
+def test_split_puts_the_larger_parts_last_as_documented(tmp_path):
+    st = tmp_path / "t.safetensors"
+    ferry.save(st, {"w": np.arange(100, dtype=np.int32)})
+    rows = [ferry.load_checkpoint(st, slices={"w": ferry.split(0, 3, k)})["w"] for k in range(3)]
+    assert [len(r) for r in rows] == [33, 33, 34]
+    np.testing.assert_array_equal(np.concatenate(rows), np.arange(100))
+    assert "33, 33, 34" in ferry.split.__doc__
+
+
+def test_a_dict_saves_as_safetensors_and_not_as_npy(tmp_path):
+    a = np.ones(2, np.float32)
+    ferry.save(tmp_path / "d", {"w": a})  # no extension ferry knows: safetensors
+    assert ferry.info(tmp_path / "d")["format"] == "safetensors"
+    with pytest.raises(ferry.UsageError, match="saved as safetensors, not npy"):
+        ferry.save(tmp_path / "d.npy", {"w": a})
+    assert not (tmp_path / "d.npy").exists()
+    assert "a dict to ``.npy`` raises UsageError" in " ".join(ferry.save.__doc__.split())
