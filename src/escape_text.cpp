@@ -36,6 +36,19 @@ void hex(std::string& out, unsigned char c) {
 
 }  // namespace
 
+bool is_utf8(std::string_view text) {
+    for (std::size_t i = 0; i < text.size();) {
+        if (static_cast<unsigned char>(text[i]) < 0x80) {
+            ++i;
+        } else if (std::size_t n = utf8_sequence(text, i); n > 0) {
+            i += n;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
 std::string escape_text(std::string_view text, std::size_t limit) {
     const bool cut = text.size() > limit;
     if (cut) text = text.substr(0, limit);

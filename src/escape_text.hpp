@@ -15,4 +15,8 @@ namespace ferry::detail {
 /// input bytes are kept and "..." marks the cut.
 std::string escape_text(std::string_view text, std::size_t limit = std::string_view::npos);
 
+/// Whether `text` is valid UTF-8 (RFC 3629: no overlong forms, no surrogates): what a name
+/// must be to go into a JSON header.
+bool is_utf8(std::string_view text);
+
 }  // namespace ferry::detail

@@ -27,6 +27,17 @@ TEST(escape_text, keeps_printable_utf8_and_escapes_the_rest) {
     EXPECT_EQ(escape_text("abc", 3), "abc");
 }
 
+TEST(escape_text, is_utf8_follows_rfc_3629) {
+    EXPECT_TRUE(is_utf8(""));
+    EXPECT_TRUE(is_utf8("plain\n"));
+    EXPECT_TRUE(is_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+    EXPECT_FALSE(is_utf8("\xff\xfename"));
+    EXPECT_FALSE(is_utf8("a\xc3"));            // truncated sequence
+    EXPECT_FALSE(is_utf8("\xc0\xaf"));         // overlong '/'
+    EXPECT_FALSE(is_utf8("\xed\xa0\x80"));     // surrogate (os.fsdecode's, encoded)
+    EXPECT_FALSE(is_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+}
+
 TEST(escape_text, format_errors_carry_no_raw_bytes) {
     format_error e("/d/x\xff.safetensors", "header", "invalid JSON: last read: '\"\x80\x01'");
     std::string what = e.what();

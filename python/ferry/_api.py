@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _ferry
 from ._convert import (
+    as_destination,
     as_ferry,
     dtype_text,
     empty_in_library,
@@ -21,6 +22,7 @@ from ._convert import (
     keeps_byte_order,
     library_converter,
     target,
+    text_key,
     to_library,
 )
 from ._errors import UsageError
@@ -104,9 +106,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         raise UsageError("offset %d is outside the file (%d bytes)" % (start, size))
     available = (size - start) // itemsize
     if out is not None:
+        a = as_destination(out, "fromfile: out=")
         if isinstance(out, np.ndarray):
-            if not out.flags.c_contiguous:
-                raise UsageError("fromfile: out= must be C-contiguous")
             try:
                 want = np.dtype(dtype)
             except TypeError:
@@ -114,7 +115,6 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
             if want is not None and out.dtype != want:
                 raise UsageError("fromfile: out= has dtype %s, not %s (its byte order included)"
                                  % (out.dtype.str, want.str))
-        a = as_ferry(out)
         keep = isinstance(out, np.ndarray) or (not is_gpu(a.device) and isinstance(out, _ferry.Array))
         _ferry.fromfile_into(path, text, a, int(count), start, keep)
         if fobj is not None:
@@ -227,8 +227,9 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
          format: str | None = None) -> None:
     """Saves one array as .npy (or raw), or a dict name -> array as safetensors (with string
     ``metadata``), atomically. The format follows the extension unless ``format`` is given; a
-    dict is always saved as safetensors. Arrays may be numpy, CuPy, PyTorch, JAX or ferry, in
-    host or GPU memory.
+    dict is saved as safetensors (to a path whose extension names no other format: a dict to
+    ``.npy`` raises UsageError). Tensor names and metadata are str of UTF-8 text. Arrays may be
+    numpy, CuPy, PyTorch, JAX or ferry, in host or GPU memory.
 
     >>> import numpy as np, ferry
     >>> ferry.save("/tmp/w.safetensors", {"w": np.ones(3, np.float32)}, {"step": "1"})
@@ -244,7 +245,7 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
             fmt = "safetensors"
         if fmt != "safetensors":
             raise UsageError("a dict of arrays is saved as safetensors, not %s" % fmt)
-        arrays = [(str(k), as_ferry(v)) for k, v in array_or_dict.items()]
+        arrays = [(text_key(p, "tensor name", k), as_ferry(v)) for k, v in array_or_dict.items()]
     else:
         if fmt == "safetensors":
             raise UsageError("safetensors holds named tensors: pass a dict name -> array")
@@ -258,7 +259,7 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
         if not isinstance(k, str) or not isinstance(v, (str, int, float)):
             raise UsageError("%s: metadata maps str to str (numbers are written as text); %r: %r "
                              "is %s to %s" % (p, k, v, type(k).__name__, type(v).__name__))
-        meta[k] = str(v)
+        meta[text_key(p, "metadata key", k)] = text_key(p, "metadata value of %r" % k, str(v))
     _ferry.save(p, fmt, arrays, meta)
 
 
@@ -268,7 +269,10 @@ def info(path: Any, format: str | None = None) -> dict:
     ``header_size``, ``arrays`` (``name``, ``dtype``, ``byte_order``: "little", "big" or None
     for one-byte types, ``order``: "C" or "F", ``shape`` as a tuple, ``begin``, ``end``) and
     ``metadata``."""
-    d = _ferry.describe(os.fsdecode(path), format)
+    p = os.fsdecode(path)
+    d = _ferry.describe(p, format)
+    # The header's JSON replaces bytes that are not UTF-8; the path as given reopens the file.
+    d["file"] = p
     for a in d["arrays"]:
         a["shape"] = tuple(a["shape"])
     return d

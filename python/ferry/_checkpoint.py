@@ -15,12 +15,15 @@ import numpy as np
 
 from . import _ferry
 from ._convert import (
+    as_destination,
     as_ferry,
     block_allocator,
     dtype_text,
     fspath,
+    import_ahead,
     library_converter,
     target,
+    text_key,
     wraps_without_reading,
 )
 from ._errors import UsageError
@@ -38,6 +41,11 @@ class Split(NamedTuple):
 
 
 def split(dim: int, parts: int, part: int) -> Split:
+    """The slice rule "split dimension ``dim`` into ``parts`` parts, take part ``part``", for
+    ``slices=`` of :func:`load_checkpoint`. Part ``k`` of ``n`` rows holds rows
+    ``[k*n//parts, (k+1)*n//parts)``: when ``parts`` does not divide ``n`` the larger parts come
+    last (100 rows in 3 parts: 33, 33, 34), where ``torch.tensor_split`` puts them first (34,
+    33, 33). ``dim`` may be negative (-1: the last dimension)."""
     return Split(dim, parts, part)
 
 
@@ -178,8 +186,6 @@ def _plain_state(module: Any) -> dict | None:
 
 
 def _check_destination(name: str, value: Any) -> None:
-    if isinstance(value, np.ndarray) and not (value.flags.c_contiguous and value.flags.writeable):
-        raise UsageError("into[%r]: a numpy destination must be C-contiguous and writeable" % name)
     is_contiguous = getattr(value, "is_contiguous", None)
     if callable(is_contiguous) and not is_contiguous():
         raise UsageError("into[%r]: the destination must be contiguous" % name)
@@ -187,7 +193,7 @@ def _check_destination(name: str, value: Any) -> None:
 
 def _destination(name: str, value: Any) -> Any:
     _check_destination(name, value)
-    return as_ferry(value)
+    return as_destination(value, "into[%r]" % name)
 
 
 def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
@@ -213,7 +219,7 @@ def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
         if isinstance(value, (_ferry.Array, np.ndarray)) or not (
             hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
         ):
-            out.append(as_ferry(value))
+            out.append(as_destination(value, "into[%r]" % name))
         else:
             all_torch_gpu = all_torch_gpu and _is_torch_gpu(value)
             foreign.append(len(out))
@@ -326,7 +332,7 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         early = wraps_without_reading(lib)
         arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
                                                False, route, cb, block_allocator(lib, dev),
-                                               convert if early else None)
+                                               convert if early else None, import_ahead(lib, dev))
         out = CheckpointTensors(arrays if early else ((name, convert(a)) for name, a in arrays))
         out.stats = stats
         return out
@@ -374,7 +380,7 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
         tensors = tensors.state_dict()
     if not isinstance(tensors, Mapping):
         raise UsageError("save_checkpoint takes a dict name -> array (or a module)")
-    arrays = [(str(k), as_ferry(v)) for k, v in tensors.items()]
+    arrays = [(text_key(p, "tensor name", k), as_ferry(v)) for k, v in tensors.items()]
     return _ferry.save_checkpoint(os.fspath(p), arrays, _parse_size(max_shard_size),
                                   {str(k): str(v) for k, v in (metadata or {}).items()})
 

@@ -82,6 +82,18 @@ def dtype_text(dtype: Any) -> tuple[str, int]:
     raise TypeError("ferry moves numbers and booleans only; dtype %s is not supported" % dt)
 
 
+def moves_dtype(dtype: Any) -> bool:
+    """Whether ferry has an element type for `dtype`. numpy's structured, object, string and
+    long double dtypes have none: the drop-ins in ferry.numpy hand those to numpy."""
+    try:
+        text, _ = dtype_text(dtype)
+    except TypeError:
+        return False
+    if text in _FERRY_NAMES:
+        return True
+    return np.dtype(text).newbyteorder("=").name in _FERRY_NAMES
+
+
 def numpy_dtype(name: str, byteorder: str):
     """The numpy dtype of a ferry array's elements, or None when numpy has none here."""
     if name in _EXTENDED:
@@ -222,6 +234,25 @@ def library_converter(lib: str | None, device: str) -> Callable[[_ferry.Array], 
     return lambda a: to_library(a, lib)
 
 
+def import_ahead(lib: str | None, device: str) -> Callable[[Sequence[str]], None]:
+    """A function dtype names -> None that imports the modules to_library will import for
+    arrays of those dtypes on `device` (ml_dtypes for bfloat16 and float8 in numpy, CuPy for
+    GPU arrays, `like`'s library), called by a load once it knows the dtypes and before it
+    times itself: the first load in a process would otherwise count a one-time import (1.2 s
+    for ml_dtypes on the CPU machine) as its own time."""
+    def run(names: Sequence[str]) -> None:
+        on_gpu = is_gpu(device)
+        if lib in (None, "numpy") and not on_gpu:
+            if any(n in _EXTENDED for n in names):
+                ml_dtypes()
+        elif lib is None:
+            optional_module("cupy")
+        elif lib != "ferry":
+            optional_module(lib)
+
+    return run
+
+
 def wraps_without_reading(lib: str | None) -> bool:
     """Whether to_library's result for `lib` is a view made without reading the array's bytes
     (NumPy, CuPy and PyTorch import through the buffer protocol or DLPack), so it may be made
@@ -291,6 +322,46 @@ def as_ferry(obj: Any) -> _ferry.Array:
         text, _ = dtype_text(arr.dtype)
         return _ferry.as_array(arr, text)
     return _ferry.as_array(obj)
+
+
+def as_destination(obj: Any, what: str) -> _ferry.Array:
+    """A ferry.Array viewing `obj`'s memory, which a read will write: read-only memory, memory
+    that is not C-contiguous and objects without memory of their own (a list would be copied,
+    and the copy written) are refused, naming `what` ("fromfile: out=", "into['w']"), before
+    any byte moves."""
+    if isinstance(obj, _ferry.Array):
+        return obj
+    if isinstance(obj, np.ndarray) or not (
+        hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
+    ):
+        if isinstance(obj, np.ndarray):
+            arr = obj
+        else:
+            try:
+                arr = np.asarray(memoryview(obj))
+            except TypeError:
+                raise UsageError("%s: a %s has no memory to read into; pass an array (numpy, CuPy, "
+                                 "PyTorch, JAX or ferry)" % (what, type(obj).__name__)) from None
+        if not arr.flags.writeable:
+            raise UsageError("%s: the destination is read-only" % what)
+        if not arr.flags.c_contiguous:
+            raise UsageError("%s: the destination must be C-contiguous" % what)
+        return _ferry.as_array(arr, dtype_text(arr.dtype)[0], True)
+    return _ferry.as_array(obj, None, True)
+
+
+def text_key(path: str, what: str, key: Any) -> str:
+    """`key` as a name in a file's header (a safetensors tensor name or metadata entry), which
+    is UTF-8 JSON text: anything but a str is refused (``None`` would be saved as "None"), and
+    so is a str holding bytes that are not UTF-8 (os.fsdecode's surrogates)."""
+    if not isinstance(key, str):
+        raise UsageError("%s: a %s must be a str, not %s (%r)" % (path, what, type(key).__name__, key))
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("%s: the %s %r is not UTF-8 text (safetensors headers are UTF-8 JSON)"
+                         % (path, what, key)) from None
+    return key
 
 
 def fspath(file: Any) -> str | None:

@@ -40,7 +40,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr.storage import StorePath
 
 from . import _zarr_kernels as K
-from ._zarr_store import DeviceRange, ReadRequest, Store, is_gpu_prototype
+from ._zarr_store import DeviceRange, ReadRequest, Store, check_gpu_buffers, is_gpu_prototype
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, NDBuffer
@@ -95,6 +95,12 @@ class CodecPipeline(BatchedCodecPipeline):
     Select it with ``zarr.config.set({"codec_pipeline.path": "ferry.zarr.CodecPipeline"})`` or
     ``ferry.zarr.enable()``. It is stateless; thread safety is zarr's.
     """
+
+    def evolve_from_array_spec(self, array_spec: ArraySpec) -> CodecPipeline:
+        # Made when an array is opened or created: the first place to say that GPU buffers
+        # need CuPy, before zarr's own read fails on them.
+        check_gpu_buffers()
+        return super().evolve_from_array_spec(array_spec)
 
     # -- what this pipeline handles ------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from zarr.abc.store import (
 )
 
 from . import _ferry
+from ._convert import optional_module
 from ._errors import RemoteError, UsageError, _file_error_class
 
 if TYPE_CHECKING:
@@ -54,12 +55,29 @@ _ALIGN = 256
 
 
 def is_gpu_prototype(prototype: BufferPrototype) -> bool:
-    """Whether zarr asks for buffers in GPU memory (zarr's GPU buffer prototype)."""
+    """Whether zarr asks for buffers in GPU memory (zarr's GPU buffer prototype). Raises
+    UsageError when it does and CuPy cannot be imported: zarr's GPU buffers are CuPy arrays,
+    and without CuPy zarr itself fails later with "'NoneType' object has no attribute"."""
     try:
         from zarr.core.buffer import gpu
     except ImportError:  # pragma: no cover - zarr without its GPU module
         return False
-    return issubclass(prototype.buffer, gpu.Buffer)
+    if not issubclass(prototype.buffer, gpu.Buffer):
+        return False
+    if optional_module("cupy") is None:
+        raise UsageError("zarr.config.enable_gpu() asks for chunks in CuPy arrays, and CuPy cannot be "
+                         "imported here: install CuPy (cupy-cuda12x or cupy-cuda13x), or read "
+                         "without enable_gpu() to get numpy arrays")
+    return True
+
+
+def check_gpu_buffers() -> None:
+    """is_gpu_prototype's error for zarr's configured buffers, where ferry first meets an array
+    (its metadata read, the pipeline made for it): zarr allocates a read's GPU output before
+    any chunk is asked for, so without CuPy a read under enable_gpu() fails inside zarr first."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    is_gpu_prototype(default_buffer_prototype())
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,8 @@ class Store(_ZarrStore):
     ) -> Buffer | None:
         if not self._is_open:
             await self._open()
+        if _is_metadata(key):
+            check_gpu_buffers()
         if _is_metadata(key) and is_gpu_prototype(prototype):
             # zarr parses its metadata documents on the host: read into host memory, they
             # reach the GPU buffer zarr asks for in one small copy, instead of a GPU read and

@@ -2,7 +2,8 @@
 ``import numpy as np; np.fromfile(...)`` for ``import ferry.numpy as fnp; fnp.fromfile(...)``.
 
 What ferry does not serve (text mode ``sep=``, ``.npz`` and pickled files, ``mmap_mode``, file
-objects without a descriptor, a ``max_header_size`` other than numpy's default) goes to numpy
+objects without a descriptor, a ``max_header_size`` other than numpy's default, dtypes ferry has
+no element type for: structured, object, string and long double) goes to numpy
 itself, so every call behaves as numpy's does. ``like=`` may name a GPU array (CuPy,
 PyTorch, JAX): the data then goes straight to that GPU.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as _np
 
 from . import _api, _ferry
-from ._convert import fspath
+from ._convert import fspath, moves_dtype
 from ._errors import FormatError
 
 __all__ = ["fromfile", "tofile", "load", "save"]
@@ -27,7 +28,7 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
              *, like: Any = None):
     """numpy.fromfile. Binary reads (``sep=""``) are ferry's parallel reads; with ``like=`` a
     GPU array the result is on that GPU, in that library."""
-    if sep != "":
+    if sep != "" or not moves_dtype(dtype):
         kwargs = {} if like is None else {"like": like}
         return _np.fromfile(file, dtype=dtype, count=count, sep=sep, offset=offset, **kwargs)
     return _api.fromfile(file, dtype, count, offset, like=like)
@@ -35,7 +36,7 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
 
 def tofile(arr: Any, fid: Any, sep: str = "", format: str = "%s") -> None:
     """``ndarray.tofile`` as a function; binary writes go through ferry (host or GPU arrays)."""
-    if sep != "":
+    if sep != "" or (isinstance(arr, _np.ndarray) and not moves_dtype(arr.dtype)):
         _np.asarray(arr).tofile(fid, sep=sep, format=format)
         return
     _api.tofile(arr, fid)
@@ -72,7 +73,7 @@ def save(file: Any, arr: Any, allow_pickle: bool = True, **kwargs: Any) -> None:
     if path is not None:
         a = arr if hasattr(arr, "__dlpack__") or hasattr(arr, "__cuda_array_interface__") else _np.asanyarray(arr)
         dt = getattr(a, "dtype", None)
-        if not isinstance(a, _np.ndarray) or (dt.kind in "biufc" and dt.fields is None):
+        if not isinstance(a, _np.ndarray) or moves_dtype(dt):
             if not path.endswith(".npy"):
                 path += ".npy"
             _api.save(path, a, format="npy")

@@ -231,8 +231,8 @@ void bind_array(nb::module_& m) {
 
     m.def(
         "as_array",
-        [](nb::handle obj, std::optional<std::string> type) {
-            foreign_memory mem = import_memory(obj, false);
+        [](nb::handle obj, std::optional<std::string> type, bool writable) {
+            foreign_memory mem = import_memory(obj, writable);
             std::optional<typed_order> t;
             if (type) t = parse_dtype(*type);
             array a = as_array(mem, t);
@@ -240,9 +240,10 @@ void bind_array(nb::module_& m) {
             wait_for_producer(mem);
             return a;
         },
-        "obj"_a, "dtype"_a = nb::none(),
+        "obj"_a, "dtype"_a = nb::none(), "writable"_a = false,
         "A ferry.Array viewing the memory of `obj` (no copy); `obj` stays alive as long as the\n"
-        "view. `dtype` (a numpy name or type string such as '>f4') overrides the element type.");
+        "view. `dtype` (a numpy name or type string such as '>f4') overrides the element type.\n"
+        "`writable`: the view will be written (read-only memory is refused).");
 
     m.def(
         "as_arrays",

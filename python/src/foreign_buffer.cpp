@@ -68,7 +68,9 @@ std::optional<typed_order> type_from_format(const char* format, Py_ssize_t items
 
 foreign_memory from_buffer(nb::handle obj, bool writable) {
     auto hb = std::make_unique<held_buffer>();
-    int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+    // Asked for without PyBUF_WRITABLE and checked below: a read-only exporter then gets
+    // ferry's error, not the exporter's own BufferError text.
+    int flags = PyBUF_STRIDES;
     bool with_format = true;
     if (PyObject_GetBuffer(obj.ptr(), &hb->view, flags | PyBUF_FORMAT) != 0) {
         // Element types without a struct code (ml_dtypes' bfloat16) refuse a format but still
@@ -79,6 +81,9 @@ foreign_memory from_buffer(nb::handle obj, bool writable) {
     }
     hb->acquired = true;
     const Py_buffer& v = hb->view;
+    if (writable && v.readonly)
+        throw usage_error("cannot read into read-only memory (a " +
+                          std::string(nb::type_name(obj.type()).c_str()) + " buffer)");
     foreign_memory m;
     m.data = v.buf;
     m.nbytes = static_cast<std::size_t>(v.len);

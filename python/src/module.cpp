@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <optional>
@@ -32,16 +33,29 @@ using namespace nb::literals;
 void raise_python(const char* kind, const char* message, nb::dict attrs) {
     try {
         nb::object make = nb::module_::import_("ferry._errors").attr("_from_native");
-        nb::object exc = make(kind, message, attrs);
+        // Messages escape the bytes of paths that are not UTF-8; should one slip through, it
+        // still becomes text rather than nanobind's "conversion error" in place of the error.
+        nb::object text = nb::steal(PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::strlen(message)),
+                                                         "backslashreplace"));
+        if (!text) throw nb::python_error();
+        nb::object exc = make(kind, text, attrs);
         PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     } catch (nb::python_error& e) {
         e.restore();
     }
 }
 
+// A path as Python names it: its bytes decoded as os.fsdecode does (undecodable bytes become
+// surrogates), so an error's filename reopens the file even when it is not UTF-8.
+nb::object path_text(const std::string& path) {
+    nb::object text = nb::steal(PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size())));
+    if (!text) throw nb::python_error();
+    return text;
+}
+
 nb::dict where_dict(const io_context& w) {
     nb::dict d;
-    d["filename"] = w.path.empty() ? nb::object(nb::none()) : nb::object(nb::str(w.path.c_str()));
+    d["filename"] = w.path.empty() ? nb::object(nb::none()) : path_text(w.path);
     d["offset"] = w.offset;
     d["length"] = w.length;
     return d;
@@ -52,7 +66,7 @@ void translate(const std::exception_ptr& p, void*) {
         std::rethrow_exception(p);
     } catch (const checkpoint_error& e) {
         nb::dict d;
-        d["filename"] = e.file();
+        d["filename"] = path_text(e.file());
         d["field"] = e.field();
         d["reason"] = e.reason();
         d["tensor"] = e.tensor();
@@ -64,7 +78,7 @@ void translate(const std::exception_ptr& p, void*) {
         raise_python("checkpoint_io", e.what(), d);
     } catch (const format_error& e) {
         nb::dict d;
-        d["filename"] = e.file();
+        d["filename"] = path_text(e.file());
         d["field"] = e.field();
         d["reason"] = e.reason();
         raise_python("format", e.what(), d);

@@ -71,6 +71,10 @@ char* map_and_register(std::size_t bytes) {
 }  // namespace
 
 char* pin_host_memory(std::size_t bytes, const char* what) {
+    // Without a driver cudaHostAlloc says "insufficient driver" (35) after the memory was
+    // mapped and touched: say what is true, as pinned_buffer does, before any of that.
+    if (!cuda_available())
+        throw cuda_error(cudaErrorNoDevice, std::string(what) + ": " + cuda_unavailable_reason());
     char* p = bytes >= map_from ? map_and_register(bytes) : nullptr;
     if (!p) {
         void* h = nullptr;

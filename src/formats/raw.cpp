@@ -8,6 +8,7 @@
 #include "ferry/file.hpp"
 #include "formats/atomic_write.hpp"
 #include "formats/deserialize.hpp"
+#include "os/sys.hpp"
 
 namespace ferry {
 namespace {
@@ -29,13 +30,37 @@ void check_count(const std::string& path, std::uint64_t n, std::uint64_t item, s
                                " bytes after offset " + std::to_string(offset) + ")");
 }
 
+// Whether the local file at `path` gives a byte when read. ferry::file reads no further than
+// the size it was told, so this is a read of its own; a path that does not open as a local
+// file (a URL) gives none. Non-blocking: a FIFO must not wait here for a writer.
+bool yields_a_byte(const std::string& path) {
+    int fd = sys::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return false;
+    unsigned char byte = 0;
+    const bool yields = sys::pread(fd, &byte, 1, 0) > 0;
+    sys::close(fd);
+    return yields;
+}
+
+// The file's size, by which its items are counted. A file of /proc or /sys says 0 bytes and
+// makes its text as it is read (/proc/self/status): counted by that size it would load as 0
+// items, silently, so a file that says 0 but yields a byte is refused.
+std::uint64_t size_of_file(const file& f, const std::string& path) {
+    const std::uint64_t size = f.size();
+    if (size == 0 && yields_a_byte(path))
+        throw format_error(path, "size",
+                           "the file says it holds 0 bytes but has content (a /proc or /sys file, made as it "
+                           "is read); ferry reads a file by its size: copy it to a regular file first");
+    return size;
+}
+
 }  // namespace
 
 array fromfile(const std::string& path, typed_order type, std::int64_t count, std::uint64_t offset,
                const std::vector<std::int64_t>& shape, const load_options& options) {
     if (count < -1) throw usage_error("count must be -1 (the rest of the file) or >= 0");
     file f(path, open_mode::read);
-    const std::uint64_t size = f.size();
+    const std::uint64_t size = size_of_file(f, path);
     const std::uint64_t item = size_of(type.type);
     check_offset(path, offset, size);
     const std::uint64_t rest = size - offset;
@@ -82,7 +107,7 @@ array fromfile_into(const std::string& path, typed_order type, const array& out,
         throw usage_error(path + ": count " + std::to_string(count) + " does not match out='s " + std::to_string(items) +
                           " items");
     file f(path, open_mode::read);
-    const std::uint64_t size = f.size();
+    const std::uint64_t size = size_of_file(f, path);
     const std::uint64_t item = size_of(type.type);
     check_offset(path, offset, size);
     check_count(path, items, item, offset, size - offset);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "array/host_kernels.hpp"
+#include "escape_text.hpp"
 #include "cuda/deserialize_kernels.hpp"
 #include "ferry/convert.hpp"
 #include "ferry/error.hpp"
@@ -184,7 +185,17 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
     std::set<std::string> seen;
     std::vector<formats::safetensors_entry> entries;
     std::vector<array> data;
+    // The header is JSON, which holds UTF-8 text only: a name of other bytes (a file's stem,
+    // os.fsdecode's surrogates encoded) is refused here, naming it, before anything is written.
+    for (const auto& [key, value] : metadata) {
+        if (!detail::is_utf8(key) || !detail::is_utf8(value))
+            throw format_error(path, "metadata", "'" + key + "': '" + value +
+                                                     "' is not UTF-8 text (a safetensors header is UTF-8 JSON)");
+    }
     for (const auto& na : arrays) {
+        if (!detail::is_utf8(na.name))
+            throw format_error(path, "tensor name",
+                               "'" + na.name + "' is not UTF-8 text (a safetensors header is UTF-8 JSON)");
         if (na.name == "__metadata__")
             throw usage_error("safetensors: '__metadata__' is reserved and cannot name a tensor");
         if (!seen.insert(na.name).second)

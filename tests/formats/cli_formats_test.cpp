@@ -109,5 +109,22 @@ TEST(cli_convert, usage_errors) {
     EXPECT_FALSE(std::filesystem::exists(dir / "y.npy"));
 }
 
+// A file name is any bytes; a safetensors tensor name is UTF-8 text. The name convert takes
+// from such a file's stem is refused with the way out, not the JSON library's exception.
+TEST(cli_convert, a_file_name_that_is_not_utf8_asks_for_name) {
+    test::temp_dir dir;
+    std::string src = dir / "\xff\xfename.npy";
+    save_npy(src, load_npy(vector_file("npy/ok_float32_big_F_3x5.npy")));
+    result r = run("convert -q '" + src + "' '" + (dir / "x.safetensors") + "' --device host", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--name"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("'\\xff\\xfename' is not UTF-8"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("json"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors"));
+    r = run("convert -q '" + src + "' '" + (dir / "x.safetensors") + "' --device host --name w", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(load_safetensors(dir / "x.safetensors")[0].name, "w");
+}
+
 }  // namespace
 }  // namespace ferry

@@ -60,6 +60,26 @@ TEST(raw, never_truncates_silently) {
     }
 }
 
+// /proc files say 0 bytes and make their text as they are read: loading one by its size would
+// give 0 items silently, so it is refused, naming the file and the size.
+TEST(raw, a_file_that_says_0_bytes_but_has_content_is_refused) {
+    for (const char* path : {"/proc/self/status", "/proc/self/cmdline"}) {
+        try {
+            fromfile(path, parse_dtype("uint8"));
+            FAIL() << path;
+        } catch (const format_error& e) {
+            EXPECT_EQ(e.file(), path);
+            EXPECT_EQ(e.field(), "size");
+            EXPECT_NE(e.reason().find("0 bytes but has content"), std::string::npos) << e.reason();
+        }
+    }
+    array out(dtype::uint8, {4});
+    EXPECT_THROW(fromfile_into("/proc/self/status", parse_dtype("uint8"), out, -1, 0), format_error);
+    test::temp_dir dir;  // an empty regular file is empty: 0 items
+    test::write_pattern_file(dir / "empty.bin", 0);
+    EXPECT_EQ(fromfile(dir / "empty.bin", parse_dtype("uint8")).size(), 0u);
+}
+
 TEST(raw, big_endian_and_round_trip) {
     test::temp_dir dir;
     const std::uint8_t be[] = {0x3f, 0x80, 0x00, 0x00, 0xc0, 0x00, 0x00, 0x00};  // 1, -2

@@ -152,6 +152,29 @@ TEST(safetensors, refuses_what_it_cannot_store) {
     EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors"));
 }
 
+// The header is JSON: names and metadata of bytes that are not UTF-8 are refused by name,
+// before anything is written (the JSON library's own exception said neither file nor name).
+TEST(safetensors, refuses_names_that_are_not_utf8) {
+    test::temp_dir dir;
+    try {
+        save_safetensors(dir / "x.safetensors", {{"ok", array(dtype::int8, {1})}, {"w\xff", array(dtype::int8, {1})}});
+        FAIL();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.file(), dir / "x.safetensors");
+        EXPECT_EQ(e.field(), "tensor name");
+        EXPECT_NE(e.reason().find("'w\\xff' is not UTF-8"), std::string::npos) << e.reason();
+    }
+    try {
+        save_safetensors(dir / "x.safetensors", {{"w", array(dtype::int8, {1})}}, {{"k", "v\xfe"}});
+        FAIL();
+    } catch (const format_error& e) {
+        EXPECT_EQ(e.field(), "metadata");
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors"));
+    save_safetensors(dir / "x.safetensors", {{"caf\xc3\xa9", array(dtype::int8, {1})}});  // UTF-8 is fine
+    EXPECT_EQ(load_safetensors(dir / "x.safetensors")[0].name, "caf\xc3\xa9");
+}
+
 TEST(safetensors_header, layout_is_aligned_and_padded) {
     std::vector<formats::safetensors_entry> e = {
         {"a", dtype::uint8, {3}, 3}, {"b", dtype::float64, {2}, 16}, {"c", dtype::int16, {1}, 2}};

@@ -50,18 +50,28 @@ int run_convert(const convert_args& a) {
     loaded_file lf = load_any(a.in, o);
     std::vector<named_array> arrays = std::move(lf.arrays);
     std::map<std::string, std::string> metadata;
+    bool named_by_stem = false;
     if (out_format == file_format::safetensors) {
         metadata = lf.metadata;
         // A .npy or raw array needs a tensor name in safetensors.
         std::string name = a.name.empty() ? std::filesystem::path(a.in).stem().string() : a.name;
-        for (auto& na : arrays)
-            if (na.name.empty()) na.name = name;
+        for (auto& na : arrays) {
+            if (!na.name.empty()) continue;
+            na.name = name;
+            named_by_stem = a.name.empty();
+        }
     } else if (arrays.size() != 1) {
         throw usage_error(a.in + " holds " + std::to_string(arrays.size()) + " tensors; a " +
                           std::string(to_string(out_format)) +
                           " file holds one: choose it with --tensor NAME");
     }
-    save_any(a.out, out_format, arrays, metadata);
+    try {
+        save_any(a.out, out_format, arrays, metadata);
+    } catch (const format_error& e) {
+        // A file name is any bytes, a safetensors name UTF-8 text: the fix is --name.
+        if (!named_by_stem || e.field() != "tensor name") throw;
+        throw usage_error(std::string(e.what()) + "; the name comes from the input's file name: give one with --name NAME");
+    }
     if (!a.quiet) {
         std::printf("%s (%s) -> %s (%s): %zu array%s, %s via %s\n", a.in.c_str(),
                     std::string(to_string(lf.format)).c_str(), a.out.c_str(),
