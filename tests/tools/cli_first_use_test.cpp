@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
@@ -174,6 +176,39 @@ TEST(cli_first_use, messages_about_malformed_files_are_printable_utf8) {
         if (!(c == '\n' || (c >= 0x20 && c < 0x7f))) break;
     }
     EXPECT_NE(r.err.find("bad\\xff.safetensors: header: invalid JSON"), std::string::npos) << r.err;
+}
+
+TEST(cli_first_use, a_negative_offset_is_said_to_be_negative) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "a.raw", 64);
+    result r = run("load '" + (dir / "a.raw") + "' --device host --offset -4", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--offset"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("must be >= 0, not -4"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::regex_search(r.err, std::regex("[0-9]{20}"))) << r.err;  // no range end in 310 digits
+    r = run("bench '" + (dir / "a.raw") + "' --device host --threads 2,-1", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("must be >= 0, not -1"), std::string::npos) << r.err;
+}
+
+// A small load finishes fast but moves few bytes: its rate keeps its digits, in a unit that fits.
+TEST(cli_first_use, slow_rates_keep_their_digits) {
+    test::temp_dir dir;
+    write_bytes(dir / "short.bin", "abc");
+    result r = run("load --device host '" + (dir / "short.bin") + "'", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.find("0.00 GB/s"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(" s: [1-9][0-9]*(\\.[0-9]+)? (GB|MB|kB|B)/s\n"))) << r.out;
+}
+
+TEST(cli_first_use, help_lists_the_device_aliases) {
+    test::temp_dir dir;
+    for (const std::string cmd : {"load", "bench", "convert"}) {
+        result r = run(cmd + " --help", dir);
+        EXPECT_EQ(r.status, 0) << r.err;
+        EXPECT_NE(r.out.find("(or gpu"), std::string::npos) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("(or cpu)"), std::string::npos) << cmd << ": " << r.out;
+    }
 }
 
 }  // namespace

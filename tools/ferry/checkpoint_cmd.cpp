@@ -191,10 +191,10 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }
-    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s read (%s out) into %s in %.3f s: %.2f GB/s\n",
+    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s read (%s out) into %s in %.3f s: %s\n",
                 redact_location(a.source).c_str(), c.shards.size(), c.shards.size() == 1 ? "" : "s", st.tensors,
                 human_bytes(st.bytes_read).c_str(), human_bytes(st.bytes_out).c_str(), to_string(o.where).c_str(),
-                st.seconds, gbps(st.bytes_read, st.seconds));
+                st.seconds, rate_text(st.bytes_read, st.seconds).c_str());
     std::printf("  opened (index and headers) in %.1f ms; %zu reads, first read after %.1f ms, temporaries %s\n",
                 open_seconds * 1e3, st.requests, st.first_read_seconds * 1e3, human_bytes(st.peak_temp_bytes).c_str());
     std::size_t shown = 0;

@@ -424,7 +424,7 @@ int run_bench(bench_args a) {
     std::printf("ferry bench: %s, %s, %s, %s, median of %d, kernel %s, %u CPUs\n", a.path.c_str(),
                 human_bytes(size).c_str(), to_string(where).c_str(), a.cold ? "cold (evicted before each read)" : "hot (page cache)",
                 a.repeat, u.release, std::thread::hardware_concurrency());
-    std::printf("%-44s %7s %9s %9s %9s %9s %9s  %s\n", "measurement", "threads", "task", "GB/s", "vs pread",
+    std::printf("%-44s %7s %9s %12s %9s %9s %9s  %s\n", "measurement", "threads", "task", "rate", "vs pread",
                 pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
     for (const auto& r : rows) {
         std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
@@ -437,20 +437,22 @@ int run_bench(bench_args a) {
             if (pcie > 0) std::snprintf(vs_pcie, sizeof vs_pcie, "%.2fx", r.gbps / pcie);
             if (naive_gbps > 0 && !r.is_write) std::snprintf(vs_naive, sizeof vs_naive, "%.1fx", r.gbps / naive_gbps);
         }
-        std::printf("%-44s %7zu %9s %9.2f %9s %9s %9s  %s\n", name.c_str(), r.threads,
-                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "", r.gbps, vs_pread,
+        std::printf("%-44s %7zu %9s %12s %9s %9s %9s  %s\n", name.c_str(), r.threads,
+                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "",
+                    rate_text(size, r.seconds).c_str(), vs_pread,
                     vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
     }
     if (best && best->buffers && best->lanes)
-        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %.2f GB/s\n", best->name.c_str(),
-                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(), best->gbps);
+        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %s\n", best->name.c_str(),
+                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(),
+                    rate_text(size, best->seconds).c_str());
     else if (best && best->buffers)
-        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %.2f GB/s\n",
+        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %s\n",
                     best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
-                    human_bytes(best->buffer_size).c_str(), best->gbps);
+                    human_bytes(best->buffer_size).c_str(), rate_text(size, best->seconds).c_str());
     else if (best)
-        std::printf("best read: %s, %zu threads, tasks of %s: %.2f GB/s\n", best->name.c_str(), best->threads,
-                    human_bytes(best->task_size).c_str(), best->gbps);
+        std::printf("best read: %s, %zu threads, tasks of %s: %s\n", best->name.c_str(), best->threads,
+                    human_bytes(best->task_size).c_str(), rate_text(size, best->seconds).c_str());
     if (register_seconds >= 0)
         std::printf("registering the file (path registered) took %.3f s, outside the rows' timing\n", register_seconds);
     std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
@@ -465,11 +467,11 @@ void add_bench_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("bench", "Measure ferry's paths against the hardware ceilings, in one run");
     c->add_option("file", a->path, "file to read (default: generate ferry-bench-XXXXXX.bin of --size here, removed after)");
     c->add_option("--size", a->size, "size of the generated file (default 1G)");
-    c->add_option("--device", a->device, "cuda:N or host (default: cuda:0 when there is a GPU)");
-    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',')->check(CLI::NonNegativeNumber);
+    c->add_option("--device", a->device, device_help);
+    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',')->check(non_negative);
     c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
     c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
-    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
+    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(non_negative);
     c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
     c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
     c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');
