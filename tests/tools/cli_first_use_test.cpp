@@ -191,6 +191,26 @@ TEST(cli_first_use, a_negative_offset_is_said_to_be_negative) {
     EXPECT_NE(r.err.find("must be >= 0, not -1"), std::string::npos) << r.err;
 }
 
+// A URL without a host is named (redacted) as such, not sent to the resolver with a path
+// segment taken for the host.
+TEST(cli_first_use, a_url_without_a_host_is_named) {
+    test::temp_dir dir;
+    for (const std::string url : {"http://", "http:///a.npy", "https://:8080/a.npy", "http:///ckpt/"}) {
+        result r = run("info '" + url + "'", dir);
+        EXPECT_EQ(r.status, 2) << url << ": " << r.err;
+        EXPECT_NE(r.err.find("the URL has no host: " + url), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("resolve"), std::string::npos) << r.err;
+    }
+    result r = run("load --device host 'http://user:pw@/a.npy?token=s3cr3t'", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the URL has no host: http:///a.npy?token=REDACTED"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("s3cr3t"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pw"), std::string::npos) << r.err;
+    r = run("info 's3:///model/'", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("(bad bucket name): s3:///model/"), std::string::npos) << r.err;
+}
+
 // A small load finishes fast but moves few bytes: its rate keeps its digits, in a unit that fits.
 TEST(cli_first_use, slow_rates_keep_their_digits) {
     test::temp_dir dir;
