@@ -35,8 +35,18 @@ struct load_args {
 int run_load(const load_args& a) {
     // Slices and routes are the checkpoint loader's: a single safetensors file (or object) with
     // them is a checkpoint of one shard.
-    if (is_checkpoint_source(a.path) || !a.slices.empty() || !a.route.empty())
-        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json});
+    const bool checkpoint = is_checkpoint_source(a.path);
+    if (!checkpoint && (!a.slices.empty() || !a.route.empty())) {
+        // Read as a shard anyway, a .npy or raw file's first bytes would pass for a safetensors
+        // header length and be reported as a nonsense header.
+        file_format f = a.format.empty() ? detect_format(a.path) : parse_file_format(a.format);
+        if (f != file_format::safetensors)
+            throw usage_error(std::string(a.slices.empty() ? "--route" : "--slice") +
+                              ": slices need a safetensors file or a checkpoint; " + redact_location(a.path) +
+                              " is in " + std::string(to_string(f)) + " format");
+    }
+    if (checkpoint || !a.slices.empty() || !a.route.empty())
+        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json, a.checksum});
     any_load_options o;
     o.load.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                     : parse_placement(a.device);
