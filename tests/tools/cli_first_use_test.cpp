@@ -231,5 +231,39 @@ TEST(cli_first_use, help_lists_the_device_aliases) {
     }
 }
 
+// A row is named by the route its bytes took: paths into GPU memory are refused into host
+// memory, and a path whose bytes went elsewhere is listed as unavailable with the reason.
+TEST(cli_first_use, bench_rows_are_named_by_the_route_their_bytes_took) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "a.bin", 1 << 20);
+    const std::string common = "bench '" + (dir / "a.bin") + "' --device host --threads 1 --task-size 256K --repeat 1 "
+                               "--no-naive --json --paths ";
+    for (const std::string p : {"cufile", "gds", "staged", "staged+direct"}) {
+        result r = run(common + p, dir);
+        EXPECT_EQ(r.status, 2) << p << ": " << r.out;
+        EXPECT_NE(r.err.find("--paths " + p + ": "), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("GPU memory only"), std::string::npos) << r.err;
+        EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+    result r = run(common + "host,direct,auto", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j["unavailable"].is_array()) << r.out;
+    std::set<std::string> measured;
+    for (const auto& row : j["results"]) {
+        if (row["kind"] != "ferry") continue;
+        const std::string name = row["name"];
+        measured.insert(name);
+        for (const auto& [route, bytes] : row["io"].items())
+            if (route != "fallbacks" && route != "routes" && name != "auto")
+                EXPECT_EQ(route, name) << "a " << name << " row's bytes went through " << route << ": " << r.out;
+    }
+    EXPECT_TRUE(measured.count("host")) << r.out;
+    for (const auto& u : j["unavailable"]) {
+        EXPECT_FALSE(measured.count(u["name"].get<std::string>())) << r.out;
+        EXPECT_FALSE(u["reason"].get<std::string>().empty()) << r.out;
+    }
+}
+
 }  // namespace
 }  // namespace ferry

@@ -99,10 +99,30 @@ struct path_config {
     std::string name;
     gds_mode gds;
     direct_io_mode direct;
+    /// The routes a row of this path may count its bytes on (empty: any, for auto). A row whose
+    /// bytes went elsewhere measured another route under this name: it is reported unavailable.
+    std::vector<io_path> routes;
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
     std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
     bool registered = false;  ///< the file registered once (ferry::registered_file) for this path's rows
     bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
+
+    /// Empty when `io` moved bytes only on this path's routes, else why the row is not this path:
+    /// the routes the bytes took and the fallbacks that sent them there.
+    std::string took_another_route(const io_stats& io) const {
+        if (routes.empty()) return {};
+        std::string other;
+        for (int i = 0; i < io_path_count; ++i) {
+            const auto p = static_cast<io_path>(i);
+            if (io.read[i].bytes + io.write[i].bytes == 0 || std::find(routes.begin(), routes.end(), p) != routes.end())
+                continue;
+            other += (other.empty() ? "" : ", ") + std::string(to_string(p));
+        }
+        if (other.empty()) return {};
+        std::string why = "its bytes went through " + other;
+        for (const auto& [reason, n] : io.fallbacks) why += "; " + reason;
+        return why;
+    }
 };
 
 int run_bench(bench_args a) {
@@ -146,24 +166,39 @@ int run_bench(bench_args a) {
     std::vector<path_config> configs;
     if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
                                        : std::vector<std::string>{"host", "direct"};
-    for (auto p : a.paths) {
-        // Into host memory the staged routes are plain host reads: name the rows by what they do.
-        if (!gpu && p == "staged") p = "host";
-        if (!gpu && p == "staged+direct") p = "direct";
-        if (p == "staged" || p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off});
-        else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
-        else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
-        else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, false, base.lane_threshold});
+    // The paths into GPU memory are refused into host memory, where their bytes would go through
+    // the host route: a row is named by the route its bytes took.
+    const std::string no_gpu_memory =
+        cuda_device_count() == 0 ? "no GPU: " + cuda_unavailable_reason() : "--device " + a.device;
+    auto gpu_only = [&](const std::string& p, const std::string& what) {
+        if (!gpu) throw usage_error("--paths " + p + ": " + what + " serves reads into GPU memory only, and here "
+                                    "they go into host memory (" + no_gpu_memory + "); --paths host, direct or "
+                                    "auto measure host memory");
+    };
+    const std::vector<io_path> staged_routes{io_path::staged};
+    for (const auto& p : a.paths) {
+        if (p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off, {io_path::host}});
+        else if (p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on, {io_path::direct}});
+        else if (p == "staged") {
+            gpu_only(p, "the staged path (pinned staging buffers, copied to the GPU)");
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes});
+        } else if (p == "staged+direct") {
+            gpu_only(p, "the staged path (pinned staging buffers, copied to the GPU)");
+            configs.push_back({p, gds_mode::off, direct_io_mode::on, {io_path::staged_direct}});
+        } else if (p == "cufile" || p == "gds") {
+            gpu_only(p, "cuFile");
+            configs.push_back({p, gds_mode::on, direct_io_mode::off, {io_path::gds, io_path::cufile_compat}});
+        } else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, {}, false, base.lane_threshold});
         else if (p == "registered") {
             if (!gpu) throw usage_error("--paths registered: a registered file serves reads into GPU memory only");
             if (a.cold) throw usage_error("--paths registered: a registered file's pages stay pinned in the page cache, "
                                           "so --cold does not apply");
-            configs.push_back({p, gds_mode::off, direct_io_mode::off, false, lanes_off, true});
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, false, lanes_off, true});
         }
         else if (p == "stream" || p == "lanes") {
             if (!gpu) throw usage_error("--paths " + p + ": the stream lanes serve GPU memory only");
-            if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
-            else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0});
+            if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, true});
+            else configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, false, 0});
         } else
             throw usage_error("--paths: unknown path " + p +
                               " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
@@ -198,6 +233,15 @@ int run_bench(bench_args a) {
     char* target = gpu ? static_cast<char*>(dev.data()) : host_mem;
 
     std::vector<row> rows;
+    // Paths that measured nothing, each with its reason: refused by the engine, or serving its
+    // bytes through another route than its own.
+    std::vector<std::pair<std::string, std::string>> unavailable;
+    auto report_unavailable = [&](const std::string& name, const std::string& why) {
+        for (const auto& [n, w] : unavailable)
+            if (n == name && w == why) return;
+        unavailable.emplace_back(name, why);
+        if (!a.json) std::fprintf(stderr, "\n%s: unavailable: %s\n", name.c_str(), why.c_str());
+    };
     progress bar;
     int points = 0;
     for (const auto& pc : configs)
@@ -253,7 +297,7 @@ int run_bench(bench_args a) {
                 reg.emplace(a.path);
                 register_seconds = reg->seconds();
             } catch (const error& e) {
-                if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
+                report_unavailable(pc.name, e.what());
                 slow = true;
             }
         }
@@ -289,8 +333,8 @@ int run_bench(bench_args a) {
                             if (pc.on_stream) st.emplace(where.on_gpu() ? where.device : 0);
                             read_all(std::min<std::uint64_t>(size, 256u << 20));  // warm-up
                         } catch (const error& e) {
-                            if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
-                            bar.step(pc.name + " skipped");
+                            report_unavailable(pc.name, e.what());
+                            bar.step(pc.name + " unavailable");
                             slow = true;
                             continue;
                         }
@@ -301,6 +345,12 @@ int run_bench(bench_args a) {
                             return seconds_since(t0);
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
+                        if (std::string why = pc.took_another_route(r.io); !why.empty()) {
+                            report_unavailable(pc.name, why);
+                            bar.step(pc.name + " unavailable");
+                            slow = true;
+                            continue;
+                        }
                         if (gpu && !pc.registered) {  // host reads and registered files use no staging buffers
                             r.buffer_size = v.size;
                             r.buffers = v.count;
@@ -349,7 +399,12 @@ int run_bench(bench_args a) {
                     return d;
                 });
             } catch (const error& e) {
-                if (!a.json) std::fprintf(stderr, "\nwrite %s: skipped: %s\n", pc.name.c_str(), e.what());
+                report_unavailable("write " + pc.name, e.what());
+                bar.step("");
+                continue;
+            }
+            if (std::string why = pc.took_another_route(io); !why.empty()) {
+                report_unavailable("write " + pc.name, why);
                 bar.step("");
                 continue;
             }
@@ -407,6 +462,9 @@ int run_bench(bench_args a) {
             rs.push_back(e);
         }
         j["results"] = rs;
+        nlohmann::json un = nlohmann::json::array();
+        for (const auto& [name, why] : unavailable) un.push_back({{"name", name}, {"reason", why}});
+        j["unavailable"] = un;
         if (best) {
             j["best_read"] = {{"name", best->name}, {"threads", best->threads}, {"task_size", best->task_size},
                               {"gbps", best->gbps}};
