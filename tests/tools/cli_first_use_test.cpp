@@ -265,5 +265,21 @@ TEST(cli_first_use, bench_rows_are_named_by_the_route_their_bytes_took) {
     }
 }
 
+// The free space is checked before the first byte of a scratch file: nothing written, and the
+// message says how much is needed and how much is free.
+TEST(cli_first_use, bench_checks_free_space_before_writing) {
+    test::temp_dir dir;
+    test::temp_dir work;
+    result r = run("bench --size 16000T --device host --threads 1 --repeat 1 --no-naive", dir, work.path());
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the generated file needs 16000.00 TiB in ., but "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(" is free there"), std::string::npos) << r.err;
+    EXPECT_TRUE(names_in(work.path()).empty());
+    r = run("bench --size 9000T --write --device host --threads 1 --repeat 1 --no-naive", dir, work.path());
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the generated file and the write target need 18000.00 TiB"), std::string::npos) << r.err;
+    EXPECT_TRUE(names_in(work.path()).empty());
+}
+
 }  // namespace
 }  // namespace ferry

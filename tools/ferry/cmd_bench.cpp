@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -125,6 +127,17 @@ struct path_config {
     }
 };
 
+// Refuses before the first byte of a scratch file is written, rather than filling the disk for
+// minutes and failing (or leaving the machine without space) near the end.
+void require_free_space(const std::string& dir, std::uint64_t need, const std::string& what) {
+    struct statvfs v {};
+    if (::statvfs(dir.c_str(), &v) != 0) throw system_error(errno, "cannot see the free space of", {dir});
+    const std::uint64_t free = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+    if (need > free)
+        throw usage_error(what + " " + human_bytes(need) + " in " + dir + ", but " + human_bytes(free) +
+                          " is free there (a smaller --size, or a file given to read, needs less)");
+}
+
 int run_bench(bench_args a) {
     placement where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                        : parse_placement(a.device);
@@ -210,11 +223,15 @@ int run_bench(bench_args a) {
     if (generated) {
         size = parse_bytes(a.size, "--size");
         if (size == 0) throw usage_error("--size: nothing to measure in an empty file");
+        require_free_space(".", a.write ? 2 * size : size,
+                           "--size " + human_bytes(size) + ": the generated file" +
+                               (a.write ? " and the write target need" : " needs"));
         a.path = scratch.create(".");
         if (!a.json) std::fprintf(stderr, "writing %s of %s\n", a.path.c_str(), human_bytes(size).c_str());
         generate(a.path, size);
     } else {
         size = ferry::file(a.path).size();
+        if (a.write) require_free_space(directory_of(a.path), size, "--write: the write target needs");
     }
     if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
 
