@@ -130,7 +130,7 @@ placement parse_placement(std::string_view text) {
         }
         if (n >= 0) return placement::cuda(n);
     }
-    throw usage_error("device: expected host, pinned, cuda or cuda:N, got '" + std::string(text) +
+    throw usage_error("device: expected host (or cpu), pinned, cuda (or gpu) or cuda:N, got '" + std::string(text) +
                       "'");
 }
 

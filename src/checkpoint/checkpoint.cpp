@@ -352,6 +352,9 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
 // dot), or one safetensors object.
 checkpoint open_remote(const std::string& source) {
     const std::string scheme = detail::url_scheme(source);
+    // (An s3:// URL without a bucket is refused where it is parsed.)
+    if (scheme != "s3" && detail::url_host(source).empty())
+        throw usage_error("the URL has no host: " + detail::redact_url(source));
     std::string base = source, query;
     if (scheme != "s3") {
         auto q = base.find('?');

@@ -227,7 +227,11 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
                 start = s->start;
                 stop = s->stop;
             }
-            if (start < 0 || stop < start || stop > n)
+            if (stop < start)
+                throw checkpoint_error(file, t.name, "slice [" + std::to_string(start) + ", " + std::to_string(stop) +
+                                                         ") of dimension " + std::to_string(dim) +
+                                                         " is reversed: its start comes after its stop");
+            if (start < 0 || stop > n)
                 throw checkpoint_error(file, t.name, "slice [" + std::to_string(start) + ", " + std::to_string(stop) +
                                                          ") of dimension " + std::to_string(dim) +
                                                          " outside a tensor of shape " + shape_to_string(t.shape));

@@ -20,6 +20,7 @@
 #include "doctor/route_verdict.hpp"
 #include "doctor/summary.hpp"
 #include "backend/http/url.hpp"
+#include "io/file_impl.hpp"
 #include "shim/std_fd_guard.hpp"
 #include "doctor/system_probe.hpp"
 #include "doctor/text_report.hpp"
@@ -131,10 +132,18 @@ doctor_report run_doctor(const doctor_options& options) {
                                      {{"path", detail::redact_url(path)}, {"remote", true}, {"exists", false}});
             doctor_path_verdict v{p["path"].get<std::string>(), std::nullopt, {}};
             if (doctor::truthy(p, "exists")) {
-                // Remote bytes land in pinned staging buffers and move to the GPU pipelined.
-                v.route = io_path::staged;
-                v.reasons.push_back("a remote object: ranged GETs into pinned staging buffers, copied to the GPU "
-                                    "while the next ranges arrive");
+                // The engine's own plan, as `ferry load` of the object (a prefix's first object)
+                // makes it: into GPU memory, or host memory without a GPU.
+                const std::string object = p.contains("probed_object") ? p["probed_object"].get<std::string>() : path;
+                settings quick = s;
+                quick.remote_retries = std::min<std::size_t>(s.remote_retries, 2);
+                try {
+                    detail::plan_result plan = detail::plan_read_route(object, quick);
+                    v.route = plan.chosen.counted_as;
+                    v.reasons = plan.texts();
+                } catch (const std::exception& e) {
+                    v.reasons.push_back(std::string("no read path: ") + e.what());
+                }
                 v.reasons.push_back(p["plan"]["reason"].get<std::string>());
             } else {
                 v.reasons.push_back(p.contains("error") ? p["error"].get<std::string>() : "unreachable");

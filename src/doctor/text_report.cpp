@@ -23,6 +23,17 @@ std::string bytes(const json& j) {
     return j.is_number_unsigned() || j.is_number_integer() ? human_bytes(j.get<std::uint64_t>()) : "unknown";
 }
 
+// A rate in a unit that keeps its digits: a slow link in GB/s would print as 0.00.
+std::string rate(const json& gbps) {
+    if (!gbps.is_number() || gbps.get<double>() < 0) return "failed";
+    const double v = gbps.get<double>();
+    char b[32];
+    if (v >= 1) std::snprintf(b, sizeof b, "%.2f GB/s", v);
+    else if (v >= 1e-3) std::snprintf(b, sizeof b, "%.2f MB/s", v * 1e3);
+    else std::snprintf(b, sizeof b, "%.2f kB/s", v * 1e6);
+    return b;
+}
+
 void line(std::string& out, const std::string& key, const std::string& value) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "  %-17s", key.c_str());
@@ -158,11 +169,9 @@ void remote_section(std::string& out, const json& p) {
         }
         const json& t = get(p, "throughput");
         if (t.is_object()) {
-            char b[160];
-            std::snprintf(b, sizeof b, "%.2f GB/s on one connection, %.2f GB/s on %s (%s probed)",
-                          get(t, "one_connection_gbps").get<double>(), get(t, "planned_gbps").get<double>(),
-                          str(get(t, "planned_connections")).c_str(), bytes(get(t, "bytes")).c_str());
-            line(out, "throughput", b);
+            line(out, "throughput", rate(get(t, "one_connection_gbps")) + " on one connection, " +
+                                        rate(get(t, "planned_gbps")) + " on " + str(get(t, "planned_connections")) +
+                                        " (" + bytes(get(t, "bytes")) + " probed)");
         }
         if (get(p, "note").is_string()) line(out, "note", str(get(p, "note")));
     }

@@ -181,8 +181,9 @@ private:
 std::future<std::size_t> start_gather(const std::vector<gather>& extents, int device,
                                       file_impl::completion then = {});
 
-/// The route a large read of `path` into GPU memory takes (a file, or for a directory a
-/// temporary probe file inside it), with the reasons. Shared by the engine and `ferry doctor`.
+/// The route a large read of `path` into GPU memory takes (a file or URL, or for a directory a
+/// temporary probe file inside it), with the reasons; without a GPU, a read into host memory.
+/// Shared by the engine and `ferry doctor`.
 plan_result plan_read_route(const std::string& path, const settings& s);
 
 }  // namespace ferry::detail

@@ -305,7 +305,7 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     d.paths = {"s3://ckpt/model/", "s3://ckpt/empty/"};
     doctor_report report = run_doctor(d);
     ASSERT_EQ(report.paths.size(), 2u);
-    EXPECT_EQ(report.paths[0].route, io_path::staged);
+    EXPECT_EQ(report.paths[0].route, cuda_device_count() > 0 ? io_path::staged : io_path::host) << report.text;
     EXPECT_NE(report.json.find("\"credentials\": \"environment\""), std::string::npos) << report.json;
     EXPECT_NE(report.json.find("planned_gbps"), std::string::npos);
     EXPECT_NE(report.json.find("\"region\": \"us-east-1\""), std::string::npos);
@@ -394,7 +394,7 @@ TEST_F(remote_file_test, the_doctor_probes_a_url) {
     d.paths = {server_->url("raw.bin"), server_->url("nope.bin?token=s3cr3t")};
     doctor_report report = run_doctor(d);
     ASSERT_EQ(report.paths.size(), 2u);
-    EXPECT_EQ(report.paths[0].route, io_path::staged);
+    EXPECT_EQ(report.paths[0].route, cuda_device_count() > 0 ? io_path::staged : io_path::host) << report.text;
     EXPECT_FALSE(report.paths[1].route);
     EXPECT_NE(report.json.find("latency_ms"), std::string::npos);
     EXPECT_NE(report.json.find("one_connection_gbps"), std::string::npos);
@@ -404,6 +404,31 @@ TEST_F(remote_file_test, the_doctor_probes_a_url) {
     std::string out = run_cli("doctor " + server_->url("raw.bin"), &rc);
     EXPECT_NE(out.find("throughput"), std::string::npos) << out;
     EXPECT_NE(out.find("ranged GETs"), std::string::npos) << out;
+}
+
+// The doctor and the engine decide from the same planner: the doctor's verdict for a URL is the
+// route a `ferry load` of it takes (into GPU memory, or host memory without a GPU).
+TEST_F(remote_file_test, the_doctors_verdict_is_the_route_a_load_takes) {
+    const std::string url = server_->url("raw.bin");
+    doctor_options d;
+    d.paths = {url};
+    doctor_report report = run_doctor(d);
+    ASSERT_EQ(report.paths.size(), 1u);
+    ASSERT_TRUE(report.paths[0].route) << report.text;
+    const std::string verdict(to_string(*report.paths[0].route));
+    int rc = 0;
+    std::string out = run_cli("load --json " + url, &rc);
+    ASSERT_EQ(rc, 0) << out;
+    auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    // All of the payload on the doctor's route (the format's sniff of the first bytes adds a few).
+    EXPECT_GE(j["io"].value(verdict, std::uint64_t(0)), std::uint64_t(1) << 20) << "doctor: " << verdict << "; load: " << out;
+    for (const auto& [route, bytes] : j["io"].items())
+        if (route != "fallbacks" && route != "routes") EXPECT_EQ(route, verdict) << out;
+    if (cuda_device_count() == 0) {
+        EXPECT_EQ(verdict, "host");
+        EXPECT_EQ(report.text.find("copied to the GPU"), std::string::npos) << report.text;
+        EXPECT_NE(report.text.find("no GPU"), std::string::npos) << report.text;
+    }
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "ferry/checkpoint.hpp"
+#include "ferry/checksum.hpp"
+#include "ferry/npy.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
@@ -87,6 +90,56 @@ TEST(cli_checkpoint, load_with_patterns_and_slices) {
     EXPECT_NE(r.out.find("layers.1.o"), std::string::npos) << r.out;
     r = run("load --device host --slice 'nonsense' '" + dir.path() + "'");
     EXPECT_NE(r.status, 0);
+}
+
+// --checksum on a checkpoint (and on sliced loads) prints a checksum per tensor, of what was
+// loaded: the slice, not the whole tensor.
+TEST(cli_checkpoint, checksums_of_checkpoints_and_slices) {
+    test::temp_dir dir;
+    std::vector<named_array> tensors = sample_tensors();
+    save_checkpoint(dir.path(), tensors, 20000);
+    result r = run("load --device host --json --checksum '" + dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["arrays"].size(), tensors.size());
+    for (const auto& a : j["arrays"]) {
+        auto t = std::find_if(tensors.begin(), tensors.end(), [&](const named_array& n) { return n.name == a["name"]; });
+        ASSERT_NE(t, tensors.end()) << a;
+        EXPECT_EQ(a["checksum"], checksum(t->value)) << a;
+    }
+    r = run("load --device host --checksum --slice 'layers.0.q:0:0:32' '" + dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    array half(dtype::float16, {32, 64});
+    std::memset(half.data(), 1, half.nbytes());
+    EXPECT_NE(r.out.find(checksum(half)), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(checksum(tensors[2].value)), std::string::npos) << r.out;  // layers.1.q, whole
+    // Without --checksum, nothing is computed.
+    r = run("load --device host --json '" + dir.path() + "'");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(nlohmann::json::parse(r.out)["arrays"][0]["checksum"].is_null()) << r.out;
+}
+
+TEST(cli_checkpoint, slices_that_cannot_apply_are_refused_by_name) {
+    test::temp_dir dir;
+    save_checkpoint(dir.path(), sample_tensors(), 20000);
+    // A pattern that matches nothing would load every tensor whole.
+    result r = run("load --device host --slice 'nomatch*:0:0/2' '" + dir.path() + "'");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("'nomatch*' matches no tensor"), std::string::npos) << r.out;
+    // A reversed range is said to be reversed, not outside the tensor.
+    r = run("load --device host --slice 'layers.0.q:0:5:2' '" + dir.path() + "'");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("layers.0.q"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[5, 2) of dimension 0 is reversed"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("outside"), std::string::npos) << r.out;
+    // Slices need safetensors: a .npy file is named, never parsed as a safetensors header.
+    save_npy(dir / "a.npy", array(dtype::float32, {8, 4}));
+    r = run("load --device host --slice 'x:0:0:2' '" + (dir / "a.npy") + "'");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("slices need a safetensors file or a checkpoint; " + (dir / "a.npy") + " is in npy format"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("header of"), std::string::npos) << r.out;
 }
 
 }  // namespace

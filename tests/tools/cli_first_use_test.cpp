@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
@@ -174,6 +176,109 @@ TEST(cli_first_use, messages_about_malformed_files_are_printable_utf8) {
         if (!(c == '\n' || (c >= 0x20 && c < 0x7f))) break;
     }
     EXPECT_NE(r.err.find("bad\\xff.safetensors: header: invalid JSON"), std::string::npos) << r.err;
+}
+
+TEST(cli_first_use, a_negative_offset_is_said_to_be_negative) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "a.raw", 64);
+    result r = run("load '" + (dir / "a.raw") + "' --device host --offset -4", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--offset"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("must be >= 0, not -4"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::regex_search(r.err, std::regex("[0-9]{20}"))) << r.err;  // no range end in 310 digits
+    r = run("bench '" + (dir / "a.raw") + "' --device host --threads 2,-1", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("must be >= 0, not -1"), std::string::npos) << r.err;
+}
+
+// A URL without a host is named (redacted) as such, not sent to the resolver with a path
+// segment taken for the host.
+TEST(cli_first_use, a_url_without_a_host_is_named) {
+    test::temp_dir dir;
+    for (const std::string url : {"http://", "http:///a.npy", "https://:8080/a.npy", "http:///ckpt/"}) {
+        result r = run("info '" + url + "'", dir);
+        EXPECT_EQ(r.status, 2) << url << ": " << r.err;
+        EXPECT_NE(r.err.find("the URL has no host: " + url), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("resolve"), std::string::npos) << r.err;
+    }
+    result r = run("load --device host 'http://user:pw@/a.npy?token=s3cr3t'", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the URL has no host: http:///a.npy?token=REDACTED"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("s3cr3t"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pw"), std::string::npos) << r.err;
+    r = run("info 's3:///model/'", dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("(bad bucket name): s3:///model/"), std::string::npos) << r.err;
+}
+
+// A small load finishes fast but moves few bytes: its rate keeps its digits, in a unit that fits.
+TEST(cli_first_use, slow_rates_keep_their_digits) {
+    test::temp_dir dir;
+    write_bytes(dir / "short.bin", "abc");
+    result r = run("load --device host '" + (dir / "short.bin") + "'", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.find("0.00 GB/s"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(" s: [1-9][0-9]*(\\.[0-9]+)? (GB|MB|kB|B)/s\n"))) << r.out;
+}
+
+TEST(cli_first_use, help_lists_the_device_aliases) {
+    test::temp_dir dir;
+    for (const std::string cmd : {"load", "bench", "convert"}) {
+        result r = run(cmd + " --help", dir);
+        EXPECT_EQ(r.status, 0) << r.err;
+        EXPECT_NE(r.out.find("(or gpu"), std::string::npos) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("(or cpu)"), std::string::npos) << cmd << ": " << r.out;
+    }
+}
+
+// A row is named by the route its bytes took: paths into GPU memory are refused into host
+// memory, and a path whose bytes went elsewhere is listed as unavailable with the reason.
+TEST(cli_first_use, bench_rows_are_named_by_the_route_their_bytes_took) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "a.bin", 1 << 20);
+    const std::string common = "bench '" + (dir / "a.bin") + "' --device host --threads 1 --task-size 256K --repeat 1 "
+                               "--no-naive --json --paths ";
+    for (const std::string p : {"cufile", "gds", "staged", "staged+direct"}) {
+        result r = run(common + p, dir);
+        EXPECT_EQ(r.status, 2) << p << ": " << r.out;
+        EXPECT_NE(r.err.find("--paths " + p + ": "), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("GPU memory only"), std::string::npos) << r.err;
+        EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+    result r = run(common + "host,direct,auto", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j["unavailable"].is_array()) << r.out;
+    std::set<std::string> measured;
+    for (const auto& row : j["results"]) {
+        if (row["kind"] != "ferry") continue;
+        const std::string name = row["name"];
+        measured.insert(name);
+        for (const auto& [route, bytes] : row["io"].items())
+            if (route != "fallbacks" && route != "routes" && name != "auto")
+                EXPECT_EQ(route, name) << "a " << name << " row's bytes went through " << route << ": " << r.out;
+    }
+    EXPECT_TRUE(measured.count("host")) << r.out;
+    for (const auto& u : j["unavailable"]) {
+        EXPECT_FALSE(measured.count(u["name"].get<std::string>())) << r.out;
+        EXPECT_FALSE(u["reason"].get<std::string>().empty()) << r.out;
+    }
+}
+
+// The free space is checked before the first byte of a scratch file: nothing written, and the
+// message says how much is needed and how much is free.
+TEST(cli_first_use, bench_checks_free_space_before_writing) {
+    test::temp_dir dir;
+    test::temp_dir work;
+    result r = run("bench --size 16000T --device host --threads 1 --repeat 1 --no-naive", dir, work.path());
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the generated file needs 16000.00 TiB in ., but "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(" is free there"), std::string::npos) << r.err;
+    EXPECT_TRUE(names_in(work.path()).empty());
+    r = run("bench --size 9000T --write --device host --threads 1 --repeat 1 --no-naive", dir, work.path());
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("the generated file and the write target need 18000.00 TiB"), std::string::npos) << r.err;
+    EXPECT_TRUE(names_in(work.path()).empty());
 }
 
 }  // namespace

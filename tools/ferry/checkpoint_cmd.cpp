@@ -1,6 +1,8 @@
 // `ferry info DIR` and `ferry load DIR` for checkpoints (see checkpoint_cmd.hpp).
 #include "checkpoint_cmd.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "ferry/checkpoint.hpp"
+#include "ferry/checksum.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/memory.hpp"
@@ -166,8 +169,20 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
     auto opened = std::chrono::steady_clock::now();
     checkpoint c = open_checkpoint(a.source);
     const double open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
+    // A pattern that matches nothing would load every tensor whole, silently: most likely a typo.
+    // (The library lets such a rule be, so that one recipe of patterns serves several models.)
+    for (const auto& [pattern, s] : o.slice_rules)
+        if (std::none_of(c.tensors.begin(), c.tensors.end(), [&](const checkpoint_tensor& t) {
+                return ::fnmatch(pattern.c_str(), t.name.c_str(), 0) == 0;
+            }))
+            throw usage_error("--slice: the pattern '" + pattern + "' matches no tensor of " +
+                              redact_location(a.source));
     checkpoint_load l = load_checkpoint(c, o);
     const auto& st = l.stats;
+    // Keyed by name, which is how the rows below (the plan's tensors) find them.
+    std::map<std::string, std::string> sums;
+    if (a.checksum)
+        for (const auto& t : l.tensors) sums[t.name] = ferry::checksum(t.value);
     if (a.json) {
         nlohmann::json j;
         j["format"] = "checkpoint";
@@ -186,24 +201,27 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
         for (const auto& tp : l.plan.tensors)
             arrays.push_back({{"name", tp.name}, {"dtype", std::string(to_string(tp.type))}, {"shape", tp.shape},
                               {"route", std::string(to_string(tp.route))}, {"reason", tp.reason},
-                              {"bytes_read", tp.bytes_read}});
+                              {"bytes_read", tp.bytes_read},
+                              {"checksum", a.checksum ? nlohmann::json(sums[tp.name]) : nlohmann::json(nullptr)}});
         j["arrays"] = arrays;
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }
-    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s read (%s out) into %s in %.3f s: %.2f GB/s\n",
+    std::printf("%s: checkpoint, %zu shard%s, %zu tensors, %s read (%s out) into %s in %.3f s: %s\n",
                 redact_location(a.source).c_str(), c.shards.size(), c.shards.size() == 1 ? "" : "s", st.tensors,
                 human_bytes(st.bytes_read).c_str(), human_bytes(st.bytes_out).c_str(), to_string(o.where).c_str(),
-                st.seconds, gbps(st.bytes_read, st.seconds));
+                st.seconds, rate_text(st.bytes_read, st.seconds).c_str());
     std::printf("  opened (index and headers) in %.1f ms; %zu reads, first read after %.1f ms, temporaries %s\n",
                 open_seconds * 1e3, st.requests, st.first_read_seconds * 1e3, human_bytes(st.peak_temp_bytes).c_str());
     std::size_t shown = 0;
     for (const auto& tp : l.plan.tensors) {
-        if (tp.route == read_route::whole && tp.reason == "whole tensor" && ++shown > 20) continue;
-        std::printf("  %-40s %-10s %-18s %s: %s\n", tp.name.c_str(), std::string(to_string(tp.type)).c_str(),
-                    shape_to_string(tp.shape).c_str(), std::string(to_string(tp.route)).c_str(), tp.reason.c_str());
+        // With --checksum every tensor is listed: a checksum asked for is a checksum shown.
+        if (tp.route == read_route::whole && tp.reason == "whole tensor" && ++shown > 20 && !a.checksum) continue;
+        std::printf("  %-40s %-10s %-18s %s: %s%s%s\n", tp.name.c_str(), std::string(to_string(tp.type)).c_str(),
+                    shape_to_string(tp.shape).c_str(), std::string(to_string(tp.route)).c_str(), tp.reason.c_str(),
+                    a.checksum ? "  " : "", a.checksum ? sums[tp.name].c_str() : "");
     }
-    if (shown > 20) std::printf("  ... %zu more whole tensors\n", shown - 20);
+    if (shown > 20 && !a.checksum) std::printf("  ... %zu more whole tensors\n", shown - 20);
     return exit_ok;
 }
 

@@ -20,6 +20,7 @@ struct checkpoint_load_args {
     std::string as;
     std::string route;                 ///< auto, segments or span
     bool json = false;
+    bool checksum = false;             ///< xxh64 of each tensor's logical contents
 };
 int run_checkpoint_load(const checkpoint_load_args& a);
 

@@ -20,6 +20,24 @@ std::string human_bytes(std::uint64_t n) {
     return buf;
 }
 
+std::string rate_text(std::uint64_t bytes, double seconds) {
+    const double rate = seconds > 0 ? bytes / seconds : 0.0;
+    char buf[32];
+    if (rate >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB/s", rate / 1e9);
+    else if (rate >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB/s", rate / 1e6);
+    else if (rate >= 1e3) std::snprintf(buf, sizeof buf, "%.2f kB/s", rate / 1e3);
+    else std::snprintf(buf, sizeof buf, "%.0f B/s", rate);
+    return buf;
+}
+
+const CLI::Validator non_negative(
+    [](std::string& text) -> std::string {
+        std::size_t i = text.find_first_not_of(" \t");
+        if (i != std::string::npos && text[i] == '-') return "must be >= 0, not " + text;
+        return {};
+    },
+    "NONNEGATIVE");
+
 std::uint64_t parse_bytes(const std::string& text, const std::string& what) {
     return ferry::parse_size(what, text);
 }

@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -99,11 +101,42 @@ struct path_config {
     std::string name;
     gds_mode gds;
     direct_io_mode direct;
+    /// The routes a row of this path may count its bytes on (empty: any, for auto). A row whose
+    /// bytes went elsewhere measured another route under this name: it is reported unavailable.
+    std::vector<io_path> routes;
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
     std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
     bool registered = false;  ///< the file registered once (ferry::registered_file) for this path's rows
     bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
+
+    /// Empty when `io` moved bytes only on this path's routes, else why the row is not this path:
+    /// the routes the bytes took and the fallbacks that sent them there.
+    std::string took_another_route(const io_stats& io) const {
+        if (routes.empty()) return {};
+        std::string other;
+        for (int i = 0; i < io_path_count; ++i) {
+            const auto p = static_cast<io_path>(i);
+            if (io.read[i].bytes + io.write[i].bytes == 0 || std::find(routes.begin(), routes.end(), p) != routes.end())
+                continue;
+            other += (other.empty() ? "" : ", ") + std::string(to_string(p));
+        }
+        if (other.empty()) return {};
+        std::string why = "its bytes went through " + other;
+        for (const auto& [reason, n] : io.fallbacks) why += "; " + reason;
+        return why;
+    }
 };
+
+// Refuses before the first byte of a scratch file is written, rather than filling the disk for
+// minutes and failing (or leaving the machine without space) near the end.
+void require_free_space(const std::string& dir, std::uint64_t need, const std::string& what) {
+    struct statvfs v {};
+    if (::statvfs(dir.c_str(), &v) != 0) throw system_error(errno, "cannot see the free space of", {dir});
+    const std::uint64_t free = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+    if (need > free)
+        throw usage_error(what + " " + human_bytes(need) + " in " + dir + ", but " + human_bytes(free) +
+                          " is free there (a smaller --size, or a file given to read, needs less)");
+}
 
 int run_bench(bench_args a) {
     placement where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
@@ -146,24 +179,39 @@ int run_bench(bench_args a) {
     std::vector<path_config> configs;
     if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
                                        : std::vector<std::string>{"host", "direct"};
-    for (auto p : a.paths) {
-        // Into host memory the staged routes are plain host reads: name the rows by what they do.
-        if (!gpu && p == "staged") p = "host";
-        if (!gpu && p == "staged+direct") p = "direct";
-        if (p == "staged" || p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off});
-        else if (p == "staged+direct" || p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on});
-        else if (p == "cufile" || p == "gds") configs.push_back({p, gds_mode::on, direct_io_mode::off});
-        else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, false, base.lane_threshold});
+    // The paths into GPU memory are refused into host memory, where their bytes would go through
+    // the host route: a row is named by the route its bytes took.
+    const std::string no_gpu_memory =
+        cuda_device_count() == 0 ? "no GPU: " + cuda_unavailable_reason() : "--device " + a.device;
+    auto gpu_only = [&](const std::string& p, const std::string& what) {
+        if (!gpu) throw usage_error("--paths " + p + ": " + what + " serves reads into GPU memory only, and here "
+                                    "they go into host memory (" + no_gpu_memory + "); --paths host, direct or "
+                                    "auto measure host memory");
+    };
+    const std::vector<io_path> staged_routes{io_path::staged};
+    for (const auto& p : a.paths) {
+        if (p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off, {io_path::host}});
+        else if (p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on, {io_path::direct}});
+        else if (p == "staged") {
+            gpu_only(p, "the staged path (pinned staging buffers, copied to the GPU)");
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes});
+        } else if (p == "staged+direct") {
+            gpu_only(p, "the staged path (pinned staging buffers, copied to the GPU)");
+            configs.push_back({p, gds_mode::off, direct_io_mode::on, {io_path::staged_direct}});
+        } else if (p == "cufile" || p == "gds") {
+            gpu_only(p, "cuFile");
+            configs.push_back({p, gds_mode::on, direct_io_mode::off, {io_path::gds, io_path::cufile_compat}});
+        } else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, {}, false, base.lane_threshold});
         else if (p == "registered") {
             if (!gpu) throw usage_error("--paths registered: a registered file serves reads into GPU memory only");
             if (a.cold) throw usage_error("--paths registered: a registered file's pages stay pinned in the page cache, "
                                           "so --cold does not apply");
-            configs.push_back({p, gds_mode::off, direct_io_mode::off, false, lanes_off, true});
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, false, lanes_off, true});
         }
         else if (p == "stream" || p == "lanes") {
             if (!gpu) throw usage_error("--paths " + p + ": the stream lanes serve GPU memory only");
-            if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, true});
-            else configs.push_back({p, gds_mode::off, direct_io_mode::off, false, 0});
+            if (p == "stream") configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, true});
+            else configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, false, 0});
         } else
             throw usage_error("--paths: unknown path " + p +
                               " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
@@ -175,11 +223,15 @@ int run_bench(bench_args a) {
     if (generated) {
         size = parse_bytes(a.size, "--size");
         if (size == 0) throw usage_error("--size: nothing to measure in an empty file");
+        require_free_space(".", a.write ? 2 * size : size,
+                           "--size " + human_bytes(size) + ": the generated file" +
+                               (a.write ? " and the write target need" : " needs"));
         a.path = scratch.create(".");
         if (!a.json) std::fprintf(stderr, "writing %s of %s\n", a.path.c_str(), human_bytes(size).c_str());
         generate(a.path, size);
     } else {
         size = ferry::file(a.path).size();
+        if (a.write) require_free_space(directory_of(a.path), size, "--write: the write target needs");
     }
     if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
 
@@ -198,6 +250,15 @@ int run_bench(bench_args a) {
     char* target = gpu ? static_cast<char*>(dev.data()) : host_mem;
 
     std::vector<row> rows;
+    // Paths that measured nothing, each with its reason: refused by the engine, or serving its
+    // bytes through another route than its own.
+    std::vector<std::pair<std::string, std::string>> unavailable;
+    auto report_unavailable = [&](const std::string& name, const std::string& why) {
+        for (const auto& [n, w] : unavailable)
+            if (n == name && w == why) return;
+        unavailable.emplace_back(name, why);
+        if (!a.json) std::fprintf(stderr, "\n%s: unavailable: %s\n", name.c_str(), why.c_str());
+    };
     progress bar;
     int points = 0;
     for (const auto& pc : configs)
@@ -253,7 +314,7 @@ int run_bench(bench_args a) {
                 reg.emplace(a.path);
                 register_seconds = reg->seconds();
             } catch (const error& e) {
-                if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
+                report_unavailable(pc.name, e.what());
                 slow = true;
             }
         }
@@ -289,8 +350,8 @@ int run_bench(bench_args a) {
                             if (pc.on_stream) st.emplace(where.on_gpu() ? where.device : 0);
                             read_all(std::min<std::uint64_t>(size, 256u << 20));  // warm-up
                         } catch (const error& e) {
-                            if (!a.json) std::fprintf(stderr, "\n%s: skipped: %s\n", pc.name.c_str(), e.what());
-                            bar.step(pc.name + " skipped");
+                            report_unavailable(pc.name, e.what());
+                            bar.step(pc.name + " unavailable");
                             slow = true;
                             continue;
                         }
@@ -301,6 +362,12 @@ int run_bench(bench_args a) {
                             return seconds_since(t0);
                         });
                         row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
+                        if (std::string why = pc.took_another_route(r.io); !why.empty()) {
+                            report_unavailable(pc.name, why);
+                            bar.step(pc.name + " unavailable");
+                            slow = true;
+                            continue;
+                        }
                         if (gpu && !pc.registered) {  // host reads and registered files use no staging buffers
                             r.buffer_size = v.size;
                             r.buffers = v.count;
@@ -349,7 +416,12 @@ int run_bench(bench_args a) {
                     return d;
                 });
             } catch (const error& e) {
-                if (!a.json) std::fprintf(stderr, "\nwrite %s: skipped: %s\n", pc.name.c_str(), e.what());
+                report_unavailable("write " + pc.name, e.what());
+                bar.step("");
+                continue;
+            }
+            if (std::string why = pc.took_another_route(io); !why.empty()) {
+                report_unavailable("write " + pc.name, why);
                 bar.step("");
                 continue;
             }
@@ -407,6 +479,9 @@ int run_bench(bench_args a) {
             rs.push_back(e);
         }
         j["results"] = rs;
+        nlohmann::json un = nlohmann::json::array();
+        for (const auto& [name, why] : unavailable) un.push_back({{"name", name}, {"reason", why}});
+        j["unavailable"] = un;
         if (best) {
             j["best_read"] = {{"name", best->name}, {"threads", best->threads}, {"task_size", best->task_size},
                               {"gbps", best->gbps}};
@@ -424,7 +499,7 @@ int run_bench(bench_args a) {
     std::printf("ferry bench: %s, %s, %s, %s, median of %d, kernel %s, %u CPUs\n", a.path.c_str(),
                 human_bytes(size).c_str(), to_string(where).c_str(), a.cold ? "cold (evicted before each read)" : "hot (page cache)",
                 a.repeat, u.release, std::thread::hardware_concurrency());
-    std::printf("%-44s %7s %9s %9s %9s %9s %9s  %s\n", "measurement", "threads", "task", "GB/s", "vs pread",
+    std::printf("%-44s %7s %9s %12s %9s %9s %9s  %s\n", "measurement", "threads", "task", "rate", "vs pread",
                 pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
     for (const auto& r : rows) {
         std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
@@ -437,20 +512,22 @@ int run_bench(bench_args a) {
             if (pcie > 0) std::snprintf(vs_pcie, sizeof vs_pcie, "%.2fx", r.gbps / pcie);
             if (naive_gbps > 0 && !r.is_write) std::snprintf(vs_naive, sizeof vs_naive, "%.1fx", r.gbps / naive_gbps);
         }
-        std::printf("%-44s %7zu %9s %9.2f %9s %9s %9s  %s\n", name.c_str(), r.threads,
-                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "", r.gbps, vs_pread,
+        std::printf("%-44s %7zu %9s %12s %9s %9s %9s  %s\n", name.c_str(), r.threads,
+                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "",
+                    rate_text(size, r.seconds).c_str(), vs_pread,
                     vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
     }
     if (best && best->buffers && best->lanes)
-        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %.2f GB/s\n", best->name.c_str(),
-                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(), best->gbps);
+        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %s\n", best->name.c_str(),
+                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(),
+                    rate_text(size, best->seconds).c_str());
     else if (best && best->buffers)
-        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %.2f GB/s\n",
+        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %s\n",
                     best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
-                    human_bytes(best->buffer_size).c_str(), best->gbps);
+                    human_bytes(best->buffer_size).c_str(), rate_text(size, best->seconds).c_str());
     else if (best)
-        std::printf("best read: %s, %zu threads, tasks of %s: %.2f GB/s\n", best->name.c_str(), best->threads,
-                    human_bytes(best->task_size).c_str(), best->gbps);
+        std::printf("best read: %s, %zu threads, tasks of %s: %s\n", best->name.c_str(), best->threads,
+                    human_bytes(best->task_size).c_str(), rate_text(size, best->seconds).c_str());
     if (register_seconds >= 0)
         std::printf("registering the file (path registered) took %.3f s, outside the rows' timing\n", register_seconds);
     std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
@@ -465,11 +542,11 @@ void add_bench_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("bench", "Measure ferry's paths against the hardware ceilings, in one run");
     c->add_option("file", a->path, "file to read (default: generate ferry-bench-XXXXXX.bin of --size here, removed after)");
     c->add_option("--size", a->size, "size of the generated file (default 1G)");
-    c->add_option("--device", a->device, "cuda:N or host (default: cuda:0 when there is a GPU)");
-    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',')->check(CLI::NonNegativeNumber);
+    c->add_option("--device", a->device, device_help);
+    c->add_option("--threads", a->threads, "thread counts to sweep, e.g. 4,8,16")->delimiter(',')->check(non_negative);
     c->add_option("--task-size", a->task_sizes, "task sizes to sweep, e.g. 8M,32M,128M")->delimiter(',');
     c->add_option("--buffer-size", a->buffer_sizes, "staging buffer sizes to sweep, e.g. 1M,4M")->delimiter(',');
-    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(CLI::NonNegativeNumber);
+    c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(non_negative);
     c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
     c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
     c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');

@@ -91,13 +91,13 @@ void add_convert_command(CLI::App& app) {
     c->add_option("out", a->out, "The output file (replaced atomically)")->required();
     c->add_option("--from", a->from, "input format: npy, safetensors or raw (default: from the content)");
     c->add_option("--to", a->to, "output format (default: from the extension: .npy, .safetensors, else raw)");
-    c->add_option("--device", a->device, "where the arrays pass through: cuda:N or host (default: cuda:0 when there is a GPU)");
+    c->add_option("--device", a->device, "where the arrays pass through: " + std::string(device_help));
     c->add_option("--tensor", a->tensors, "safetensors input: convert only these tensors (repeatable)");
     c->add_option("--name", a->name, "safetensors output: the tensor name for a .npy or raw input (default: the input's stem)");
     c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--dtype", a->dtype, "raw input: element type, e.g. float32 or >f4");
     c->add_option("--shape", a->shape, "raw input: the array's shape")->delimiter(',');
-    c->add_option("--offset", a->offset, "raw input: bytes to skip")->check(CLI::NonNegativeNumber);
+    c->add_option("--offset", a->offset, "raw input: bytes to skip")->check(non_negative);
     c->add_option("--count", a->count, "raw input: items to read (-1: the rest)");
     c->add_flag("--keep-byte-order", a->keep_byte_order,
                 "npy and raw output: keep the input's byte order (default: native)");

@@ -35,8 +35,18 @@ struct load_args {
 int run_load(const load_args& a) {
     // Slices and routes are the checkpoint loader's: a single safetensors file (or object) with
     // them is a checkpoint of one shard.
-    if (is_checkpoint_source(a.path) || !a.slices.empty() || !a.route.empty())
-        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json});
+    const bool checkpoint = is_checkpoint_source(a.path);
+    if (!checkpoint && (!a.slices.empty() || !a.route.empty())) {
+        // Read as a shard anyway, a .npy or raw file's first bytes would pass for a safetensors
+        // header length and be reported as a nonsense header.
+        file_format f = a.format.empty() ? detect_format(a.path) : parse_file_format(a.format);
+        if (f != file_format::safetensors)
+            throw usage_error(std::string(a.slices.empty() ? "--route" : "--slice") +
+                              ": slices need a safetensors file or a checkpoint; " + redact_location(a.path) +
+                              " is in " + std::string(to_string(f)) + " format");
+    }
+    if (checkpoint || !a.slices.empty() || !a.route.empty())
+        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json, a.checksum});
     any_load_options o;
     o.load.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                     : parse_placement(a.device);
@@ -97,10 +107,10 @@ int run_load(const load_args& a) {
         std::cout << j.dump(2) << "\n";
         return exit_ok;
     }
-    std::printf("%s: %s, %zu array%s, %s into %s in %.3f s: %.2f GB/s\n", a.path.c_str(),
+    std::printf("%s: %s, %zu array%s, %s into %s in %.3f s: %s\n", a.path.c_str(),
                 std::string(to_string(lf.format)).c_str(), lf.arrays.size(), lf.arrays.size() == 1 ? "" : "s",
                 human_bytes(lf.payload_bytes).c_str(), to_string(o.load.where).c_str(), seconds,
-                gbps(lf.payload_bytes, seconds));
+                rate_text(lf.payload_bytes, seconds).c_str());
     std::printf("  path: %s\n", io_text(io).c_str());
     for (const auto& [reason, n] : io.fallbacks) std::printf("  fallback: %s\n", reason.c_str());
     std::size_t shown = 0;
@@ -123,13 +133,13 @@ void add_load_command(CLI::App& app) {
     auto a = std::make_shared<load_args>();
     CLI::App* c = app.add_subcommand("load", "Read a file's arrays into GPU memory (host memory without a GPU)");
     c->add_option("file", a->path, "The file (.npy, safetensors or raw), or a checkpoint: folder, index or glob")->required();
-    c->add_option("--device", a->device, "cuda:N, cuda or host (default: cuda:0 when there is a GPU)");
+    c->add_option("--device", a->device, device_help);
     c->add_option("--tensor", a->tensors, "safetensors: load only these tensors; checkpoints: names or globs (repeatable)");
     c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
     c->add_option("--format", a->format, "npy, safetensors or raw (default: from the content)");
     c->add_option("--dtype", a->dtype, "raw files only: element type, e.g. float32 or >f4 (default uint8)");
     c->add_option("--shape", a->shape, "raw files: the array's shape")->delimiter(',');
-    c->add_option("--offset", a->offset, "raw files: bytes to skip")->check(CLI::NonNegativeNumber);
+    c->add_option("--offset", a->offset, "raw files: bytes to skip")->check(non_negative);
     c->add_option("--count", a->count, "raw files: items to read (-1: the rest)");
     c->add_option("--slice", a->slices,
                   "checkpoints: NAME:DIM:START:STOP, or PATTERN:DIM:K/N for part K of N (repeatable)");

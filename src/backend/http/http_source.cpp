@@ -277,6 +277,9 @@ std::unique_ptr<source> open_http_source(const std::string& location, open_mode 
     std::string scheme = url_scheme(location);
     if (scheme != "http" && scheme != "https")
         throw usage_error("not an http:// or https:// URL: " + redact_url(location));
+    // Left to curl, an empty host reads the path's first segment as one ("Could not resolve
+    // host: a.npy").
+    if (url_host(location).empty()) throw usage_error("the URL has no host: " + redact_url(location));
     if (mode != open_mode::read)
         throw usage_error("http(s) objects open for reading only: " + redact_url(location));
     http_target t;

@@ -34,6 +34,17 @@ std::string url_scheme(std::string_view location) {
     return lower(location.substr(0, colon));
 }
 
+std::string url_host(std::string_view location) {
+    auto sep = location.find("://");
+    if (sep == std::string_view::npos) return {};
+    std::string_view authority = location.substr(sep + 3);
+    authority = authority.substr(0, authority.find_first_of("/?#"));
+    if (auto at = authority.rfind('@'); at != std::string_view::npos) authority = authority.substr(at + 1);
+    // An IPv6 literal keeps its colons: the port comes after the ']'.
+    auto colon = authority.find(':', authority.starts_with('[') ? authority.find(']') : 0);
+    return std::string(authority.substr(0, colon));
+}
+
 std::string redact_url(std::string_view url) {
     auto sep = url.find("://");
     if (sep == std::string_view::npos) {

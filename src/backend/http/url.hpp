@@ -16,6 +16,10 @@ std::string redact_url(std::string_view url);
 /// The scheme of `location` in lower case ("https", "s3"), or "" when it has none.
 std::string url_scheme(std::string_view location);
 
+/// The host of `location`, without userinfo or port: "" for "http://",
+/// "http:///a.npy" or "http://:80/a", which name no host.
+std::string url_host(std::string_view location);
+
 /// Percent-encodes `s` as AWS canonical URIs want it: unreserved characters kept, '/' kept
 /// when `keep_slash`, every other byte as %XX (upper-case hex).
 std::string uri_encode(std::string_view s, bool keep_slash);
