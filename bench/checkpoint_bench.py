@@ -8,20 +8,28 @@ huggingface_hub's sharded torch save (else safetensors per shard with ferry's in
 measurement in a fresh process that imports everything and makes its CUDA context before the
 clock starts:
 
+  sweep  each peer's documented knobs (bench/peer_configs.py), hot, all shards, a process per
+         configuration: InstantTensor's backends and chunk sizes through one safe_open,
+         fastsafetensors' threads and bounce buffer, safetensors straight to the device or
+         through the host.
+         The fastest configuration is "its best" below; a configuration it refuses is listed
+         with its error.
   hot    (the readers taking turns for --hot-rounds rounds (2), the best process of each)
          ferry.load_checkpoint(dir, device="cuda", like="torch")
+         vs a pinned host -> device copy of the same bytes (the ceiling) bar >= 0.95x
          vs ferry.fromfile of each shard (raw bytes, the same total)   bar >= 0.95x
-         vs InstantTensor (INSTANTTENSOR_DIRECT_IO=0, all files in one safe_open)  bar >= 2x
-         vs fastsafetensors (nogds) when importable                    (reported)
-         vs safetensors.torch.load_file over the shards               bar >= 6x
+         vs InstantTensor at its best and at its defaults              (reported)
+         vs fastsafetensors (nogds) at its best and its defaults       (reported)
+         vs safetensors.torch.load_file over the shards, at its best  bar >= 6x
   cold   page cache dropped (root: /proc/sys/vm/drop_caches; else posix_fadvise DONTNEED), the
          readers taking turns for --cold-rounds rounds (2), the best of each
          ferry vs a parallel buffered read of the files (16 threads)  bar >= 0.95x
-         vs InstantTensor's default backend (O_DIRECT)                 bar >= 1.5x
+         vs InstantTensor, the faster of its default backend (O_DIRECT)
+         and its hot best                                             bar >= 1.5x
   into   ferry.load_checkpoint(dir, into=model) vs the dict load      bar >= 0.95x,
          peak extra device memory <= 64 MiB
   tp     half tensor-parallel slices (column: dim 0, row: dim 1)       bar <= 55% bytes,
-                                                                       <= 0.6x time
+                                                                       <= 0.55x time
   first  time to first read and whole time of the first ferry call in a fresh process
 
   python3 bench/checkpoint_bench.py --dir /root/ferry-ckpt --size 4.6G       # the figures
@@ -31,6 +39,7 @@ Prints a table with ratios against the bars, then one JSON object (also written 
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,6 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import peer_configs as pc  # noqa: E402
 from bench_common import (  # noqa: E402
     evict as drop_caches,
     gpu_numa_nodes,
@@ -123,19 +133,42 @@ def shard_files(folder):
 
 # ---- workers: each runs in its own process -------------------------------------------------
 
-def worker(kind, folder, repeat):
+PEER_MODULE = {"instanttensor": "instanttensor", "fastsafetensors": "fastsafetensors",
+               "safetensors": "safetensors.torch"}
+
+
+def peer_load(peer, mod, files, cfg):
+    """One load of every shard onto the GPU by a peer at configuration cfg (None: its defaults);
+    returns what it loaded, or its byte count where the tensors are views of its own buffers."""
+    if peer == "instanttensor":
+        return pc.instanttensor_load(mod, files, cfg)
+    if peer == "fastsafetensors":
+        return pc.fastsafetensors_load(mod, files, cfg, lambda d: sum(t.numel() * t.element_size()
+                                                                      for t in d.values()))
+    return pc.safetensors_load(mod, files, cfg)
+
+
+def loaded_bytes(out):
+    return out if isinstance(out, int) else sum(t.numel() * t.element_size() for t in out.values())
+
+
+def worker(kind, folder, repeat, cfg=None):
     import torch
     torch.cuda.init()
     torch.empty(1, device="cuda")  # the CUDA context exists before the clock starts
     files = shard_files(folder)
     nbytes = sum(os.path.getsize(p) for p in files)
     result = {"kind": kind}
-    if kind.startswith("instanttensor"):
-        os.environ["INSTANTTENSOR_DIRECT_IO"] = "0" if kind == "instanttensor_buffered" else "1"
-        import instanttensor  # noqa: F401
+    peer = next((p for p in PEER_MODULE if kind.startswith(p)), None)
+    if peer:
+        import importlib
+        mod = importlib.import_module(PEER_MODULE[peer])
+        if cfg and peer == "instanttensor":
+            pc.instanttensor_backend(mod, cfg["backend"])  # a name it does not know fails here, named
     import ferry
-    if kind == "fastsafetensors":
-        import fastsafetensors  # noqa: F401
+    if kind == "ceiling":
+        src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
 
     def once():
         torch.cuda.synchronize()
@@ -160,25 +193,12 @@ def worker(kind, folder, repeat):
             with ThreadPoolExecutor(16) as ex:
                 extra = {"bytes": sum(ex.map(read, jobs))}
             out = None
-        elif kind.startswith("instanttensor"):
-            from instanttensor import safe_open
-            out = {}
-            with safe_open(files, framework="pt", device=0) as f:
-                for name, t in f.tensors():
-                    out[name] = t
-        elif kind == "fastsafetensors":
-            from fastsafetensors import SafeTensorsFileLoader, SingleGroup
-            loader = SafeTensorsFileLoader(SingleGroup(), "cuda:0", nogds=True)
-            loader.add_filenames({0: files})
-            fb = loader.copy_files_to_device()
-            out = {k: fb.get_tensor(k) for k in fb.key_to_rank_lidx.keys()}
-            fb.close()
-            loader.close()
-        elif kind == "safetensors":
-            from safetensors.torch import load_file
-            out = {}
-            for p in files:
-                out.update(load_file(p, device="cuda"))
+        elif peer:
+            out = peer_load(peer, mod, files, cfg)
+            extra = {"bytes": loaded_bytes(out)}
+        elif kind == "ceiling":
+            dst.copy_(src, non_blocking=True)
+            out, extra = None, {"bytes": nbytes}
         elif kind in ("into", "dict"):
             info = ferry.info_checkpoint(folder)
             if kind == "into":
@@ -229,7 +249,7 @@ def worker(kind, folder, repeat):
     return result
 
 
-def run_worker(kind, folder, repeat, cold=False, env=None):
+def run_worker(kind, folder, repeat, cold=False, env=None, cfg=None):
     files = shard_files(folder)
     how = None
     if cold:
@@ -237,7 +257,7 @@ def run_worker(kind, folder, repeat, cold=False, env=None):
     else:
         warm(files)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--dir", folder,
-           "--repeat", str(repeat)]
+           "--repeat", str(repeat)] + (["--config-json", json.dumps(cfg)] if cfg else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]
@@ -258,10 +278,15 @@ def main():
     ap.add_argument("--hot-rounds", type=int, default=2, help="turns of the hot readers (best of each)")
     ap.add_argument("--cold-rounds", type=int, default=2, help="turns of the cold readers (best of each)")
     ap.add_argument("--json", default="")
-    ap.add_argument("--worker", default="")
+    ap.add_argument("--sweep-repeat", type=int, default=2,
+                    help="runs per configuration in a peer's sweep, each configuration a process (default 2)")
+    ap.add_argument("--peers", default="instanttensor,fastsafetensors,safetensors",
+                    help="the peers to sweep and run (default: all three)")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--config-json", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(a.worker, a.dir, a.repeat)))
+        print(json.dumps(worker(a.worker, a.dir, a.repeat, json.loads(a.config_json) if a.config_json else None)))
         return
     size = parse_size(a.size)
     write_checkpoint(a.dir, size, a.layers, a.shards)
@@ -281,25 +306,63 @@ def main():
             best = r
         R[key] = dict(best, rounds=rounds)
 
+    # Each peer's knobs first, hot: its fastest configuration is "<peer>_best" below.
+    peers = [p for p in a.peers.split(",") if p]
+    best_cfg, R["sweeps"] = {}, {}
+    grids = {"instanttensor": pc.instanttensor_grid, "fastsafetensors": pc.fastsafetensors_grid,
+             "safetensors": pc.safetensors_grid}
+    for peer in peers:
+        if importlib.util.find_spec(PEER_MODULE[peer].split(".")[0]) is None:
+            sw = {"unavailable": "not importable: No module named %r" % PEER_MODULE[peer].split(".")[0]}
+        else:
+            sw = {"rows": pc.sweep(grids[peer](), lambda cfg: run_worker(peer + "_best", a.dir, a.sweep_repeat,
+                                                                         cfg=cfg))}
+        R["sweeps"][peer] = sw
+        b = pc.best_of(sw.get("rows", []))
+        best_cfg[peer] = b["config"] if b else None
+        print("sweep %-16s %s" % (peer, "best %.1f GB/s at %s" % (total / b["seconds"] / 1e9, b["label"]) if b
+                                  else sw.get("unavailable") or "no configuration ran"), flush=True)
+        for r in sw.get("rows", []):
+            print("    %-60s %s" % (r["label"], "%.2f GB/s" % (total / r["seconds"] / 1e9) if "seconds" in r
+                                   else "failed: " + r["failed"]), flush=True)
+
+    def run_peer(kind, cold=False):
+        """A peer's reader: '<peer>_default' as installed, '<peer>_best' at its sweep's best."""
+        peer, which = kind.rsplit("_", 1)
+        if which == "default":
+            return run_worker(kind, a.dir, 1 if cold else a.repeat, cold=cold)
+        if best_cfg.get(peer) is None:
+            sw = R["sweeps"].get(peer, {})
+            return {"kind": kind, "skipped": sw.get("unavailable") or "its sweep found no configuration that runs"}
+        r = run_worker(kind, a.dir, 1 if cold else a.repeat, cold=cold, cfg=best_cfg[peer])
+        return dict(r, config=best_cfg[peer], settings=pc.describe(best_cfg[peer]))
+
     # A hot load's time moves by several percent from one process to the next (where its
     # memory lands), more than some bars' margins: the readers take turns for --hot-rounds
     # rounds, each keeping its best process.
+    hot = ["ferry", "ceiling", "raw"] + ["%s_%s" % (p, w) for p in peers for w in ("default", "best")] + \
+        ["dict", "into", "tp"]
     for _ in range(max(1, a.hot_rounds)):
-        for k in ("ferry", "raw", "instanttensor_buffered", "fastsafetensors", "safetensors", "dict",
-                  "into", "tp"):
+        for k in hot:
             if "skipped" in R.get(k, {}):
                 continue
-            r = run_worker(k, a.dir, a.repeat)
+            r = run_peer(k) if k.rsplit("_", 1)[0] in PEER_MODULE else run_worker(k, a.dir, a.repeat)
             if "skipped" in r:
                 R[k] = r
             else:
                 keep_best(k, r)
     R["first"] = run_worker("ferry", a.dir, 1)
     # Cold reads are disk-bound and vary from one read to the next: the readers take turns,
-    # round after round, and each keeps its best (every round is in the JSON).
+    # round after round, and each keeps its best (every round is in the JSON). InstantTensor
+    # documents O_DIRECT (its default) for loads done once, buffered for loads repeated: both run.
+    cold = ["ferry", "buffered"] + (["instanttensor_default", "instanttensor_best"] if "instanttensor" in peers else [])
     for _ in range(max(1, a.cold_rounds)):
-        for k in ("ferry", "buffered", "instanttensor_default"):
-            keep_best("cold_" + k, run_worker(k, a.dir, 1, cold=True))
+        for k in cold:
+            r = run_peer(k, cold=True) if k.startswith("instanttensor") else run_worker(k, a.dir, 1, cold=True)
+            keep_best("cold_" + k, r)
+    for it in ("cold_instanttensor_default", "cold_instanttensor_best"):  # InstantTensor's best cold
+        if "seconds" in R.get(it, {}) and R[it]["seconds"] < R.get("cold_instanttensor", {}).get("seconds", 1e18):
+            R["cold_instanttensor"] = dict(R[it], which=it)
 
     def gbps(k):
         r = R.get(k, {})
@@ -311,25 +374,36 @@ def main():
             return None
         return (x / y) if invert else (y / x)
 
+    def settings(k):
+        return " (%s)" % R[k]["settings"] if R.get(k, {}).get("settings") else ""
+
     rows = [
+        ("hot: ferry vs the pinned copy ceiling", ratio("ferry", "ceiling"), ">= 0.95"),
         ("hot: ferry vs raw read", ratio("ferry", "raw"), ">= 0.95"),
-        ("hot: ferry vs InstantTensor buffered", ratio("ferry", "instanttensor_buffered"), ">= 2"),
-        ("hot: ferry vs fastsafetensors", ratio("ferry", "fastsafetensors"), "(reported)"),
-        ("hot: ferry vs safetensors.torch", ratio("ferry", "safetensors"), ">= 6"),
+        ("hot: ferry vs InstantTensor at its best" + settings("instanttensor_best"),
+         ratio("ferry", "instanttensor_best"), "(reported)"),
+        ("hot: ferry vs InstantTensor, defaults", ratio("ferry", "instanttensor_default"), "(reported)"),
+        ("hot: ferry vs fastsafetensors at its best" + settings("fastsafetensors_best"),
+         ratio("ferry", "fastsafetensors_best"), "(reported)"),
+        ("hot: ferry vs fastsafetensors, defaults", ratio("ferry", "fastsafetensors_default"), "(reported)"),
+        ("hot: ferry vs safetensors at its best" + settings("safetensors_best"),
+         ratio("ferry", "safetensors_best"), ">= 6"),
+        ("hot: ferry vs safetensors, load_file(device='cuda')", ratio("ferry", "safetensors_default"), "(reported)"),
         ("cold: ferry vs parallel buffered read", ratio("cold_ferry", "cold_buffered"), ">= 0.95"),
-        ("cold: ferry vs InstantTensor default", ratio("cold_ferry", "cold_instanttensor_default"), ">= 1.5"),
+        ("cold: ferry vs InstantTensor at its best (%s)" % R.get("cold_instanttensor", {}).get("which", "-"),
+         ratio("cold_ferry", "cold_instanttensor"), ">= 1.5"),
         ("into=: speed vs dict load", ratio("into", "dict"), ">= 0.95"),
     ]
-    print("\n%-42s %10s %10s" % ("measure", "ratio", "bar"))
+    print("\n%-72s %10s %10s" % ("measure", "ratio", "bar"))
     for name, r, bar in rows:
-        print("%-42s %10s %10s" % (name, "skipped" if r is None else "%.2fx" % r, bar))
+        print("%-72s %10s %10s" % (name, "skipped" if r is None else "%.2fx" % r, bar))
     into = R.get("into", {})
     if "peak_extra_device" in into:
         print("%-42s %9.1fM %10s" % ("into=: peak extra device memory", into["peak_extra_device"] / 2**20, "<= 64M"))
     tp = R.get("tp", {})
     if "bytes" in tp and "seconds" in R.get("ferry", {}):
         print("%-42s %9.1f%% %10s" % ("tp half: bytes read", 100 * tp["bytes"] / total, "<= 55%"))
-        print("%-42s %9.2fx %10s" % ("tp half: time vs whole", tp["seconds"] / R["ferry"]["seconds"], "<= 0.6"))
+        print("%-42s %9.2fx %10s" % ("tp half: time vs whole", tp["seconds"] / R["ferry"]["seconds"], "<= 0.55"))
     for k in ("ferry", "dict", "into", "tp"):
         r = R.get(k, {})
         if "library_s" in r:  # the C++ load against the whole Python call
@@ -337,7 +411,8 @@ def main():
                                                r["seconds"] * 1e3))
         if "open_s" in r:  # the index and headers, which the call pays and the library's load does not count
             print("%-42s %8.1fms" % (k + ": open (index and headers)", r["open_s"] * 1e3))
-    for k in ("ferry", "dict", "into", "tp", "cold_ferry", "cold_buffered", "cold_instanttensor_default"):
+    for k in ("ferry", "ceiling", "dict", "into", "tp", "cold_ferry", "cold_buffered", "cold_instanttensor_default",
+              "cold_instanttensor_best"):
         secs = [x for x in R.get(k, {}).get("rounds", []) if x]
         if secs:
             print("%-42s %s" % (k + ": rounds (s)", " ".join("%.3f" % x for x in secs)))
@@ -345,12 +420,12 @@ def main():
     if first:
         print("%-42s %8.1fms %10s" % ("first call: time to first read", first.get("first_read_s", 0) * 1e3, "< 100ms"))
         print("%-42s %9.3fs" % ("first call: whole load", first.get("seconds", 0)))
-    print("\nGB/s: " + ", ".join("%s %.1f" % (k, gbps(k)) for k in R if gbps(k)))
+    print("\nGB/s: " + ", ".join("%s %.1f" % (k, gbps(k)) for k in R if k != "sweeps" and gbps(k)))
     if len(numa_nodes()) > 1:  # each worker's CPU and NUMA node, against the GPU's
         print("NUMA node of each worker (GPU on %s): " % (",".join(map(str, gpu_numa_nodes())) or "?")
-              + ", ".join("%s %s" % (k, R[k].get("placement", {}).get("node")) for k in R))
+              + ", ".join("%s %s" % (k, R[k].get("placement", {}).get("node")) for k in R if k != "sweeps"))
     for k, r in R.items():
-        if "skipped" in r:
+        if k != "sweeps" and "skipped" in r:
             print("skipped %s: %s" % (k, r["skipped"]))
     out = {"dir": a.dir, "bytes": total, "shards": len(files), "tensors": len(info["tensors"]), "results": R}
     print(json.dumps(out))

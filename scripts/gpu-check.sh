@@ -3,6 +3,7 @@
 # short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
 # without network (scripts/deps.sh --bundle).
 #   scripts/gpu-check.sh [all|test|bench|hot|peers|sidebyside|ab|sanitize] [bench size, default 8G]
+#     (BUILD_TARGETS: build only these ninja targets)
 #     hot: only the hot-read sweep of `ferry bench`; peers: the side-by-side benchmarks of
 #     checkpoints, Zarr and remote objects against the peers importable there (carry their
 #     wheels; NGINX_ROOT names unpacked nginx .debs); sidebyside: bench/peers_bench.py (ferry,
@@ -29,6 +30,8 @@ t0=$(date +%s)
 cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
   || { tail -30 /tmp/configure.log; exit 1; }
 targets=(); [ "$what" = sidebyside ] && targets=(ferry_cli ferry_python)  # what that mode runs, no tests
+# shellcheck disable=SC2206
+[ -n "${BUILD_TARGETS:-}" ] && targets=($BUILD_TARGETS)  # e.g. "ferry_cli ferry_python" for PEERS=checkpoint
 ninja -C $build "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 note "build: $(( $(date +%s) - t0 )) s"
 ferry=$build/tools/ferry

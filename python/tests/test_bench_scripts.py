@@ -15,8 +15,10 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 CLI = os.environ.get("FERRY_CLI", "")
+sys.path.insert(0, BENCH)
+import peer_configs as pc  # noqa: E402
 
-READERS = "ferry.fromfile,ferry.cli.raw,numpy.fromfile,ceiling.pread,kvikio.16,ferry.load.st"
+READERS = "ferry.fromfile,ferry.cli.raw,numpy.fromfile,ceiling.pread,kvikio.default,kvikio.best,ferry.load.st"
 
 
 def run(args, timeout=300, **env_extra):
@@ -53,8 +55,17 @@ def test_every_reader_is_measured_or_says_why(host_run):
     else:
         assert "no ferry CLI" in rows[("ferry.cli.raw", "hot")]["unavailable"]
     if importlib.util.find_spec("kvikio") is None:
-        assert "No module named 'kvikio'" in rows[("kvikio.16", "hot")]["unavailable"]
-        assert "not importable" in table
+        # the default row and the best one (whose sweep could not run) both say why
+        assert "No module named 'kvikio'" in rows[("kvikio.default", "hot")]["unavailable"]
+        assert "No module named 'kvikio'" in rows[("kvikio.best", "hot")]["unavailable"]
+        assert "No module named 'kvikio'" in res["sweeps"]["kvikio"]["unavailable"]
+        assert "not importable" in table and "kvikio's sweep: " in table
+    else:
+        sweep = res["sweeps"]["kvikio"]["rows"]
+        assert len(sweep) == len(pc.kvikio_grid())
+        best = pc.best_of(sweep)
+        assert rows[("kvikio.best", "hot")]["config"] == best["config"]
+        assert "its best (%s)" % best["label"] in rows[("kvikio.best", "hot")]["reader"]
     # cold rows: the page cache dropped before each, and the method said
     for rid in ("ceiling.pread", "ferry.fromfile", "ferry.load.st"):
         assert rows[(rid, "cold")]["cache_drop"] == "fadvise"
@@ -65,6 +76,31 @@ def test_every_reader_is_measured_or_says_why(host_run):
                                                             / numpy_row["gbps"])
     assert "| raw | hot | ferry.fromfile (host) |" in table
     assert "ferry Python / this" in table
+
+
+def test_a_sweep_keeps_every_configuration_and_the_errors_of_those_that_fail():
+    # Each configuration is measured by the callback (a worker process in the benches); one
+    # the peer refuses stays in the table with its error, and the best is the fastest that ran.
+    def measure(cfg):
+        if cfg["threads"] == 3:
+            return {"skipped": "RuntimeError: backend URING is not available on this system.\nmore"}
+        if cfg["threads"] == 4:
+            raise OSError("worker crashed")
+        return {"id": "x", "seconds": 1.0 / cfg["threads"], "runs": [1.0, 1.0 / cfg["threads"]]}
+    grid = [{"threads": 1, "task_size": 16 << 20}, {"threads": 3}, {"threads": 2, "_obj": object()},
+            {"threads": 4}]
+    rows = pc.sweep(grid, measure)
+    assert [r["label"] for r in rows] == ["threads=1 task_size=16M", "threads=3", "threads=2", "threads=4"]
+    assert rows[1]["failed"] == "RuntimeError: backend URING is not available on this system."
+    assert rows[3]["failed"] == "OSError: worker crashed"
+    assert "seconds" not in rows[1] and rows[0]["runs"] == [1.0, 1.0]
+    assert rows[2]["config"] == {"threads": 2}  # library objects stay out of the JSON
+    assert pc.best_of(rows) is rows[2]
+    assert pc.best_of([rows[1], rows[3]]) is None
+    assert pc.describe({}) == "defaults"
+    # every grid is plain data (it travels to the worker as JSON) and names its knobs
+    for grid in (pc.kvikio_grid(), pc.instanttensor_grid(), pc.fastsafetensors_grid(), pc.safetensors_grid()):
+        assert grid and json.loads(json.dumps(grid)) == grid
 
 
 def test_each_reader_says_where_it_ran(host_run):
