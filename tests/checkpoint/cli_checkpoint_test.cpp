@@ -103,9 +103,9 @@ TEST(cli_checkpoint, checksums_of_checkpoints_and_slices) {
     auto j = nlohmann::json::parse(r.out);
     ASSERT_EQ(j["arrays"].size(), tensors.size());
     for (const auto& a : j["arrays"]) {
-        auto t = std::find_if(tensors.begin(), tensors.end(), [&](const named_array& n) { return n.name == a["name"]; });
+        auto t = std::find_if(tensors.begin(), tensors.end(), [&](const named_array& n) { return n.name == a["name"].get<std::string>(); });
         ASSERT_NE(t, tensors.end()) << a;
-        EXPECT_EQ(a["checksum"], checksum(t->value)) << a;
+        EXPECT_EQ(a["checksum"].get<std::string>(), checksum(t->value)) << a;
     }
     r = run("load --device host --checksum --slice 'layers.0.q:0:0:32' '" + dir.path() + "'");
     ASSERT_EQ(r.status, 0) << r.out;
