@@ -6,10 +6,11 @@ So every benchmark that sets ferry beside a peer runs the peer twice over:
 
   default   the library as installed, nothing set (what a new user gets)
   sweep     every configuration of the grid below, each in a fresh process like every other
-            reader (the best of `repeat` runs): one process running the grid one configuration
-            after another measured the later ones 10-25% slow on the H200 machine (KvikIO's
-            16 threads with 16 MiB tasks: 39.7 GB/s there, 50.5 alone), which would crown
-            whichever configuration came first
+            reader (the best of `repeat` runs). A first version ran a peer's whole grid in one
+            process; on the H200 machine it measured later configurations up to a sixth below
+            what fresh processes measured in the next run (InstantTensor's MMAP backend 27.9
+            against 33.8 GB/s, KvikIO at 64 threads 39.0 against 43.9), which favours whichever
+            configuration runs first
   best      the fastest configuration of the sweep; its settings are printed beside its figure
             and every ratio is taken against it
 
@@ -88,10 +89,12 @@ def plain(cfg):
 # ---- one load per peer, over a list of files --------------------------------------------------
 
 
-def kvikio_apply(kvikio, cfg):
-    import kvikio.defaults
-    if cfg:
-        kvikio.defaults.set({k: v for k, v in cfg.items() if not k.startswith("_")})
+def kvikio_env(cfg):
+    """A KvikIO configuration as the environment variables its documentation gives first: the
+    worker process starts with them, as a user's program would."""
+    n = str(cfg["num_threads"])
+    return {"KVIKIO_NTHREADS": n, "KVIKIO_NUM_THREADS": n, "KVIKIO_TASK_SIZE": str(cfg["task_size"]),
+            "KVIKIO_BOUNCE_BUFFER_SIZE": str(cfg["bounce_buffer_size"])}
 
 
 def instanttensor_backend(it, name):

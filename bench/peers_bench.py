@@ -293,9 +293,8 @@ def reader_fn(rid, ctx, f, cfg=None):
     if rid.startswith("kvikio."):
         kvikio = ctx.mods["kvikio"]
         import kvikio.defaults
-        pc.kvikio_apply(kvikio, cfg)
         ctx.versions["kvikio_compat_mode"] = str(kvikio.defaults.get("compat_mode"))
-        ctx.versions["kvikio_config"] = {k: kvikio.defaults.get(k)
+        ctx.versions["kvikio_config"] = {k: kvikio.defaults.get(k)  # what the environment set
                                          for k in ("num_threads", "task_size", "bounce_buffer_size")}
         n, off = f["payload"], f["offset"]
         lib = np if host else ctx.gpu_lib()
@@ -572,6 +571,9 @@ def run_reader(a, rid, f, cold, cfg=None, repeat=None):
     if role == "ferry-cli":
         return dict(row, **run_cli(a, f, kind, cold))
     env = dict(os.environ, **env_extra)
+    if rid.startswith("kvikio."):  # its defaults are its own, whatever the caller's environment says
+        env = {k: v for k, v in env.items() if not k.startswith("KVIKIO_")}
+        env.update(pc.kvikio_env(cfg) if cfg else {})
     if not cold:
         bc.warm([f["path"]], a.threads)
     repeat = repeat or (a.cold_repeat if cold else a.repeat)
@@ -955,11 +957,8 @@ def main():
         cmd = child_cmd(a, ["--write-worker", "--dir", a.dir, "--write-size", str(a.write_size),
                             "--write-rounds", str(a.write_rounds), "--write-threads", str(a.write_threads),
                             "--write-chunk", str(a.write_chunk)])
-        kv = best_cfg.get("kvikio") or {"num_threads": 16}
-        env = {"KVIKIO_NTHREADS": str(kv["num_threads"]), "KVIKIO_NUM_THREADS": str(kv["num_threads"])}
-        if "task_size" in kv:
-            env.update(KVIKIO_TASK_SIZE=str(kv["task_size"]), KVIKIO_BOUNCE_BUFFER_SIZE=str(kv["bounce_buffer_size"]))
-        res["writes"] = bc.run_json(cmd, env=dict(os.environ, **env), timeout=max(a.timeout, 1800))
+        kv = best_cfg.get("kvikio") or {"num_threads": 16, "task_size": 4 << 20, "bounce_buffer_size": 16 << 20}
+        res["writes"] = bc.run_json(cmd, env=dict(os.environ, **pc.kvikio_env(kv)), timeout=max(a.timeout, 1800))
         phase("durable writes", t0)
     if not a.skip_cold:
         t0 = time.perf_counter()

@@ -7,8 +7,9 @@ bench/peers_bench.py (told apart by their content).
                 drawn as dashed lines; against the thread count when the sweep has several
                 (one line per route, task size and staging configuration), else as bars
   peers_bench   one panel per file and cache state (raw, .npy, safetensors; hot, cold): GB/s of
-                ferry and each peer with the ceiling of that state, then a panel of durable
-                writes (mean, with the min-max of the rounds)
+                ferry and each peer (at its defaults and at its best) with the ceiling of that
+                state, a panel of every configuration of each peer's sweep, then a panel of
+                durable writes (mean, with the min-max of the rounds)
 
   build/tools/ferry bench --size 8G --threads 4,8,16 --json > hot.json
   python3 bench/plot_bench.py hot.json [cold.json ...] -o bench.png
@@ -144,8 +145,11 @@ def plot_peers(res, out):
         by_group.setdefault((r["file"], r["cache"]), []).append(r)
     groups = list(by_group.items())
     writes = (res.get("writes") or {}).get("stats")
-    panels = len(groups) + (1 if writes else 0)
+    # Every configuration of each peer's sweep, so that "its best" can be seen to be the best.
+    swept = [(peer, r) for peer, sw in (res.get("sweeps") or {}).items() for r in sw.get("rows", [])]
+    panels = len(groups) + (1 if writes else 0) + (1 if swept else 0)
     heights = [max(1.6, 0.32 * len(rows) + 1.2) for _, rows in groups] + ([0.4 * len(writes) + 1.4] if writes else [])
+    heights += [0.36 * len(swept) + 1.2] if swept else []
     fig, axes = plt.subplots(panels, 1, figsize=(11, sum(heights) + 0.4 * panels),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     ceil = res.get("ceilings", {})
@@ -163,7 +167,7 @@ def plot_peers(res, out):
                 label += " [%s]" % ("not importable" if "No module" in why else "did not run: see the JSON")
             labels.append(label)
             values.append(r.get("gbps") or 0.0)
-            colors.append({"ferry": FERRY, "ferry-cli": FERRY, "ceiling": CEILING}.get(r["role"], PEER)
+            colors.append((FERRY if r["role"].startswith("ferry") else CEILING if r["role"] == "ceiling" else PEER)
                           if r.get("gbps") else FAILED)
         _bars(ax, labels, values, colors)
         c = ceil.get(cache)
@@ -173,6 +177,18 @@ def plot_peers(res, out):
         ax.set_title("%s, %.3g GiB%s -> %s, page cache %s" % (
             kind, f["payload"] / 2**30, ", %d tensors" % f["tensors"] if f.get("tensors") else "", where, cache),
             fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+    if swept:
+        ax = axes[len(groups), 0]
+        labels = ["%s: %s" % (peer, r["label"]) if "seconds" in r else "%s: %s [failed: see the JSON]"
+                  % (peer, r["label"]) for peer, r in swept]
+        values = [r.get("gbps") or 0.0 for _, r in swept]
+        best = {peer: max((r.get("gbps") or 0.0 for p, r in swept if p == peer), default=0) for peer, _ in swept}
+        colors = [FAILED if not r.get("gbps") else PEER if r["gbps"] < best[peer] else "#a05a00" for peer, r in swept]
+        _bars(ax, labels, values, colors)
+        _ceiling_line(ax, ceil.get("hot"), "ceiling: " + ceil.get("hot_what", ""), "black", vertical=True)
+        ax.set_xlim(0, max(values + [ceil.get("hot") or 0, 1e-9]) * 1.6)
+        ax.set_title("each peer's sweep, hot: one process per configuration; its best darker", fontsize=9)
         ax.legend(fontsize=7, loc="upper right")
     if writes:
         ax = axes[-1, 0]
