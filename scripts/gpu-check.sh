@@ -9,7 +9,7 @@
 #     wheels; NGINX_ROOT names unpacked nginx .debs); sidebyside: bench/peers_bench.py (ferry,
 #     every importable peer and the ceilings on the same files, hot, cold, durable writes;
 #     SIDEBYSIDE_ARGS adds options) and a ferry bench thread sweep, tables, JSON and PNGs in
-#     $OUT; ab: bench/engine_ab.sh against the
+#     $OUT; ab: bench/probes/engine_ab.sh against the
 #     engine source tree in BEFORE_SRC (a plain folder); sanitize: the test binary under
 #     compute-sanitizer's memcheck, racecheck and initcheck side by side (SANITIZE_TOOLS to
 #     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter)
@@ -200,8 +200,8 @@ fi
 if [ "$what" = ab ]; then
   udev_fix >/dev/null
   [ -d "${BEFORE_SRC:-}" ] || { echo "ab: BEFORE_SRC must name the source tree of the engine to compare with" >&2; exit 2; }
-  echo "\$ bench/engine_ab.sh $BEFORE_SRC" | tee "$out/engine_ab.txt"
-  timeout "${AB_TIMEOUT:-500}" bench/engine_ab.sh "$BEFORE_SRC" >>"$out/engine_ab.txt" 2>&1
+  echo "\$ bench/probes/engine_ab.sh $BEFORE_SRC" | tee "$out/engine_ab.txt"
+  timeout "${AB_TIMEOUT:-500}" bench/probes/engine_ab.sh "$BEFORE_SRC" >>"$out/engine_ab.txt" 2>&1
   note "engine A/B: rc $?"
   tail -5 "$out/engine_ab.txt"
 fi

@@ -235,7 +235,7 @@ def _destinations(targets: Mapping[str, Any], grad_ok: bool = False) -> list:
     # PyTorch tensors with nothing to wait for (the GPU synchronized above, or host memory) go
     # as DLPack capsules from torch's C exporter: through its Python __dlpack__ and
     # __dlpack_device__ ferry's import of 819 host tensors took 4.5 ms on the CPU machine,
-    # against 0.4 ms (bench/into_import_probe.py). Tensors that need grad (unless grad_ok), or
+    # against 0.4 ms (bench/probes/into_import_probe.py). Tensors that need grad (unless grad_ok), or
     # carry conjugate or negative bits, keep __dlpack__, which refuses them with torch's own
     # words.
     if torch is not None and objs:

@@ -179,7 +179,7 @@ def test_cold_sweep_and_numa_probe_measure_every_config(tmp_path):
     f = tmp_path / "f.bin"
     f.write_bytes(os.urandom(8 << 20))
     out = tmp_path / "cold.json"
-    r = run([os.path.join(BENCH, "cold_sweep.py"), str(f), "--ferry", CLI, "--rounds", "2",
+    r = run([os.path.join(BENCH, "probes", "cold_sweep.py"), str(f), "--ferry", CLI, "--rounds", "2",
              "--config", "default=", "--config", "small=FERRY_STAGING_BUFFER_SIZE=1M", "--cache-drop", "fadvise",
              "--json", str(out)])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -187,12 +187,12 @@ def test_cold_sweep_and_numa_probe_measure_every_config(tmp_path):
     assert set(rows) == {"pread", "default", "small"}
     for name in ("default", "small"):
         assert rows[name]["GBps"] > 0 and rows[name]["vs_pread"] > 0 and rows[name]["routes"], rows
-    bad = run([os.path.join(BENCH, "cold_sweep.py"), str(f), "--ferry", CLI, "--config", "x=NOTFERRY=1"])
+    bad = run([os.path.join(BENCH, "probes", "cold_sweep.py"), str(f), "--ferry", CLI, "--config", "x=NOTFERRY=1"])
     assert bad.returncode != 0 and "x=NOTFERRY=1" in bad.stderr
     if not shutil.which("taskset"):
         pytest.skip("taskset is not installed: the NUMA probe was not run")
     out = tmp_path / "numa.json"
-    r = run([os.path.join(BENCH, "numa_probe.py"), str(f), "--ferry", CLI, "--rounds", "2", "--json", str(out)])
+    r = run([os.path.join(BENCH, "probes", "numa_probe.py"), str(f), "--ferry", CLI, "--rounds", "2", "--json", str(out)])
     assert r.returncode == 0, r.stderr[-2000:]
     rates = json.loads(out.read_text())["rates"]
     assert rates and all(len(v) == 2 and min(v) > 0 for v in rates.values()), rates
@@ -210,7 +210,7 @@ def test_tp_breakdown_measures_every_case(tmp_path):
     ferry.save_checkpoint(str(folder), {n: np.ones(s, dtype=np.float16) for n, s in shapes(8 << 20, 2)},
                           max_shard_size="2MB")
     out = tmp_path / "tp.json"
-    r = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--rounds", "2",
+    r = run([os.path.join(BENCH, "probes", "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--rounds", "2",
              "--json", str(out)], timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "tp vs whole" in r.stdout
@@ -220,7 +220,7 @@ def test_tp_breakdown_measures_every_case(tmp_path):
     assert 0.45 * whole < cases["tp_seg"]["bytes"] <= cases["tp"]["bytes"] < 0.6 * whole
     assert cases["row_span"]["routes"].get("segments", 0) == 0 and cases["row_span"]["routes"]["span"] > 0
     assert cases["tp_seg"]["routes"].get("span", 0) == 0 and cases["tp_seg"]["routes"]["segments"] > 0
-    bad = run([os.path.join(BENCH, "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--cases", "nope"])
+    bad = run([os.path.join(BENCH, "probes", "tp_breakdown.py"), "--dir", str(folder), "--device", "cpu", "--cases", "nope"])
     assert bad.returncode != 0 and "unknown case 'nope'" in bad.stderr
 
 
@@ -233,7 +233,7 @@ def test_open_probe_times_the_index_and_the_headers(tmp_path):
     folder = tmp_path / "ck"
     ferry.save_checkpoint(str(folder), {"t%02d" % i: np.ones((64, 64), np.float32) for i in range(12)},
                           max_shard_size="40KB")
-    r = run([os.path.join(BENCH, "open_probe.py"), str(folder), "--rounds", "3"], timeout=60)
+    r = run([os.path.join(BENCH, "probes", "open_probe.py"), str(folder), "--rounds", "3"], timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "12 tensors" in r.stdout and "shards" in r.stdout
     for part in ("index and headers", "the shard files", "one shard", "open and close"):
@@ -241,7 +241,7 @@ def test_open_probe_times_the_index_and_the_headers(tmp_path):
         assert re.search(r"min \d+\.\d+ ms, median \d+\.\d+ ms", line), line
     empty = tmp_path / "empty"
     empty.mkdir()
-    bad = run([os.path.join(BENCH, "open_probe.py"), str(empty)])
+    bad = run([os.path.join(BENCH, "probes", "open_probe.py"), str(empty)])
     assert bad.returncode != 0 and "no .safetensors files" in bad.stderr
 
 
@@ -272,7 +272,7 @@ def test_ferry_bench_measures_the_registered_path_or_says_why(tmp_path):
 
 def test_into_import_probe_measures_every_way():
     pytest.importorskip("torch")
-    r = run([os.path.join(BENCH, "into_import_probe.py"), "--tensors", "40", "--repeat", "2"], timeout=120)
+    r = run([os.path.join(BENCH, "probes", "into_import_probe.py"), "--tensors", "40", "--repeat", "2"], timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
     assert lines[0].startswith("40 tensors on cpu")

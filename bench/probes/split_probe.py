@@ -11,7 +11,7 @@ fraction takes its turn once per round, and the best round of each is printed. T
 is when every byte is on the GPU, "all" also counts unregistering the tail. Needs ferry, CuPy
 and a GPU.
 
-    python3 bench/split_probe.py FILE --fractions 0,0.1,0.2,0.3 --pieces 64M,256M --threads 16,14
+    python3 bench/probes/split_probe.py FILE --fractions 0,0.1,0.2,0.3 --pieces 64M,256M --threads 16,14
 """
 import argparse
 import json
@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from bench_common import parse_size
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
+from bench_common import parse_size  # noqa: E402
 
 READ_ONLY = 8  # cudaHostRegisterReadOnly
 HOST_TO_DEVICE = 1

@@ -4,7 +4,7 @@ memory, rows `width` bytes, `pitch` apart) runs slower than a plain copy of the 
 what a copy of the whole span followed by a device-to-device 2-D gather gives instead. CuPy
 only; 160 MiB of rows per width, best of 5.
 
-    python3 bench/copy2d_probe.py
+    python3 bench/probes/copy2d_probe.py
 """
 import time
 

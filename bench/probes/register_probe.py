@@ -5,7 +5,7 @@ ferry.register_file, measured without ferry: the file is mapped read-only and re
 cudaHostRegister(cudaHostRegisterReadOnly), whole and then in 1 GiB pieces, and copied with
 cudaMemcpyAsync, in one copy and in 64 MiB copies. Needs CuPy and a GPU; prints GB/s, best of 3.
 
-    python3 bench/register_probe.py FILE          # FILE hot in the page cache (cat FILE >/dev/null)
+    python3 bench/probes/register_probe.py FILE          # FILE hot in the page cache (cat FILE >/dev/null)
 """
 import argparse
 import mmap

@@ -12,8 +12,8 @@ rank 0 of a TP=2 split of checkpoint_bench.py's checkpoint, cut into its parts:
 Each case runs --rounds times interleaved; the best library time is kept, with the whole call,
 the time to the first read, bytes read, requests and the routes the plan took.
 
-    python3 bench/tp_breakdown.py --dir /root/ferry-ckpt             # the checkpoint_bench one
-    python3 bench/tp_breakdown.py --dir /tmp/ck --device cpu --cases whole,tp
+    python3 bench/probes/tp_breakdown.py --dir /root/ferry-ckpt             # the checkpoint_bench one
+    python3 bench/probes/tp_breakdown.py --dir /tmp/ck --device cpu --cases whole,tp
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 from checkpoint_bench import COLUMN, ROW  # noqa: E402
 
 CASES = ("whole", "col", "row", "tp", "row_span", "tp_seg")

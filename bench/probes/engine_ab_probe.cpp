@@ -1,4 +1,4 @@
-// One measurement for bench/engine_ab.sh, built against each engine's public API (which the
+// One measurement for bench/probes/engine_ab.sh, built against each engine's public API (which the
 // old and the new engine share): read a file into GPU memory, or write GPU memory to a file and
 // fsync it. Prints seconds and GB/s of the best of `repeat` runs on one line.
 #include <ferry/ferry.hpp>

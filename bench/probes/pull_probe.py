@@ -5,14 +5,17 @@ side by side beat either. From one large pinned allocation (DRAM) and from a sma
 (as staging buffers are, which the CPU caches may still hold). Needs CuPy and a GPU; prints
 GB/s, best of --repeat.
 
-    python3 bench/pull_probe.py --size 8G
+    python3 bench/probes/pull_probe.py --size 8G
 """
 import argparse
 import time
 
 import numpy as np
 
-from bench_common import parse_size
+import os
+import sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
+from bench_common import parse_size  # noqa: E402
 
 KERNEL = r"""
 extern "C" __global__ void pull(const uint4* __restrict__ src, uint4* __restrict__ dst,

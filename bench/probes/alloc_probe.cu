@@ -1,6 +1,6 @@
 // What a load pays besides the reads: allocations on its critical path and the first copy into
 // fresh device memory (docs/benchmarks.md, "Allocation costs"). Not part of the build:
-//   nvcc -O2 -arch=sm_90 -o /tmp/alloc_probe bench/alloc_probe.cu && /tmp/alloc_probe
+//   nvcc -O2 -arch=sm_90 -o /tmp/alloc_probe bench/probes/alloc_probe.cu && /tmp/alloc_probe
 #include <cuda_runtime.h>
 #include <chrono>
 #include <cstdio>

@@ -8,8 +8,8 @@ one process: N tensors of 64 x 64 bf16 on --device, best of --repeat.
   into=      ferry._checkpoint._destinations, the Python part of an into= load (capsules where
              nothing is left to wait for)
 
-    python3 bench/into_import_probe.py                      # host tensors, 819 of them
-    python3 bench/into_import_probe.py --device cuda        # GPU parameters
+    python3 bench/probes/into_import_probe.py                      # host tensors, 819 of them
+    python3 bench/probes/into_import_probe.py --device cuda        # GPU parameters
 """
 import argparse
 import time

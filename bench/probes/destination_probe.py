@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where ferry.fromfile from Python loses against the CLI on one hot file, on the GPU machine.
 
-  python3 bench/destination_probe.py FILE build/tools/ferry [all|cupy-only]
+  python3 bench/probes/destination_probe.py FILE build/tools/ferry [all|cupy-only]
 
 In one process (CuPy and, unless cupy-only, PyTorch imported): fromfile with CuPy's pool
 emptied before each call (fresh memory), with the pool kept (reused memory), into out= a fresh

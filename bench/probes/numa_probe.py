@@ -3,7 +3,7 @@
 a time (taskset), rounds interleaved, against the GPU's own node: whether where the process
 runs (and so where its pinned buffers are first placed) sets the rate.
 
-    python3 bench/numa_probe.py FILE [--ferry build/tools/ferry] [--rounds 3] [--json out.json]
+    python3 bench/probes/numa_probe.py FILE [--ferry build/tools/ferry] [--rounds 3] [--json out.json]
 
 On a machine of one node it says so and measures that node alone. Needs taskset (util-linux).
 """
@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import bench_common as bc  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before/after speed of the engine, on the GPU machine, in one unattended run (< 5 minutes):
-#   bench/engine_ab.sh BEFORE_SRC_DIR
+#   bench/probes/engine_ab.sh BEFORE_SRC_DIR
 # BEFORE_SRC_DIR is a plain source tree of the old engine (e.g. `git archive 91297d9 | tar -x -C
 # /tmp/before`); no git or network is needed. Both trees are built (Release, library only, with
 # this tree's offline dependency bundle .deps/), then, interleaved A/B/A/B:
@@ -11,8 +11,8 @@
 # Prints a table of GB/s. Env: SIZE_GIB (8), WRITE_GIB (4), DIR (a directory on the disk under
 # test; default: a temporary one next to this tree), ROUNDS (2).
 set -euo pipefail
-before=$(cd "${1:?usage: bench/engine_ab.sh BEFORE_SRC_DIR}" && pwd)
-after=$(cd "$(dirname "$0")/.." && pwd)
+before=$(cd "${1:?usage: bench/probes/engine_ab.sh BEFORE_SRC_DIR}" && pwd)
+after=$(cd "$(dirname "$0")/../.." && pwd)
 size_gib=${SIZE_GIB:-8}
 write_gib=${WRITE_GIB:-4}
 rounds=${ROUNDS:-2}
@@ -30,7 +30,7 @@ build() {  # build SRC OUT: libferry.so and the probe
     cmake --build "$out" --target ferry -j "$(nproc)" >>"$out.log" 2>&1 || { tail -20 "$out.log"; exit 1; }
     local lib
     lib=$(dirname "$(find "$out" -name 'libferry.so' | head -1)")
-    c++ -std=c++20 -O2 -I"$src/include" "$after/bench/engine_ab_probe.cpp" -o "$out/probe" \
+    c++ -std=c++20 -O2 -I"$src/include" "$after/bench/probes/engine_ab_probe.cpp" -o "$out/probe" \
         -L"$lib" -lferry -Wl,-rpath,"$lib"
 }
 echo "building before ($before) and after ($after)..."

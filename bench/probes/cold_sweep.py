@@ -3,7 +3,7 @@
 under several settings, interleaved round by round with the ceiling the bars use: a parallel
 buffered pread of the same file (16 threads, 4 MiB pieces).
 
-    python3 bench/cold_sweep.py FILE [--ferry build/tools/ferry] [--rounds 2]
+    python3 bench/probes/cold_sweep.py FILE [--ferry build/tools/ferry] [--rounds 2]
         [--config NAME=VAR=VALUE,VAR=VALUE ...] [--cache-drop auto] [--json out.json]
 
 Without --config: the defaults (a cold file takes the workers' own buffered streams), the
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import bench_common as bc  # noqa: E402
 
 DEFAULT_CONFIGS = [

@@ -1,7 +1,7 @@
 """Time to open a checkpoint: its index and shard headers read and checked, before any tensor
 byte moves (the part of every load that the library's load time does not count).
 
-    python3 bench/open_probe.py CHECKPOINT_DIR [--rounds 15]
+    python3 bench/probes/open_probe.py CHECKPOINT_DIR [--rounds 15]
 
 Prints min and median over the rounds of `checkpoint_info` of the folder (index and headers),
 of its shard files alone (headers only), of one shard, and of opening and closing each shard.
