@@ -195,8 +195,9 @@ std::vector<std::string_view> settings::variable_names() {
 
 settings settings::resolved() const {
     settings r = *this;
-    // I/O threads: a request is served by both disk and PCIe, and page-cache reads scale to ~16
-    // threads on our measurements (FACTS.md), so use the cores up to 16, and never fewer than 4
+    // I/O threads: a request is served by both disk and PCIe, and 16 threads of page-cache reads
+    // into pinned memory run at 41-48 GB/s on the H200 machine (the pread ceiling of `ferry
+    // bench`, docs/benchmarks.md), near PCIe's 55, so use the cores up to 16, and never fewer than 4
     // so that small machines still overlap reads with copies.
     // Asked once: the count comes from sysfs, and every file open resolves its settings.
     static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
