@@ -138,47 +138,65 @@ void require_free_space(const std::string& dir, std::uint64_t need, const std::s
                           " is free there (a smaller --size, or a file given to read, needs less)");
 }
 
-int run_bench(bench_args a) {
-    placement where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
-                                       : parse_placement(a.device);
-    bool gpu = where.on_gpu();
-    if (gpu && cuda_device_count() == 0) throw usage_error("--device " + a.device + ": " + cuda_unavailable_reason());
-    settings base = settings::global().resolved();
-    if (a.threads.empty()) a.threads = {std::max<std::size_t>(1, base.threads / 4), base.threads / 2, base.threads};
-    std::sort(a.threads.begin(), a.threads.end());
-    a.threads.erase(std::unique(a.threads.begin(), a.threads.end()), a.threads.end());
-    a.threads.erase(std::remove(a.threads.begin(), a.threads.end(), 0u), a.threads.end());
+// What each path sweeps besides threads and tasks: the workers' staging buffers, or for the
+// stream lanes their buffer size and count.
+struct staging_variant {
+    std::uint64_t size;
+    std::size_t count;
+};
+
+/// The points of the sweep, from the arguments and the settings' defaults around them.
+struct sweep {
+    std::vector<std::size_t> threads;
     std::vector<std::uint64_t> tasks;
-    for (const auto& t : a.task_sizes) tasks.push_back(parse_bytes(t, "--task-size"));
-    if (tasks.empty()) tasks = {base.task_size / 4, base.task_size, base.task_size * 4};
-    std::vector<std::uint64_t> buffer_sizes;
-    for (const auto& t : a.buffer_sizes) buffer_sizes.push_back(parse_bytes(t, "--buffer-size"));
+    std::vector<staging_variant> buffer_variants, lane_variants;
+    std::size_t max_threads() const { return threads.back(); }
+    const std::vector<staging_variant>& variants(const path_config& pc) const {
+        return pc.lanes() ? lane_variants : buffer_variants;
+    }
+};
+
+std::vector<std::uint64_t> parse_sizes(const std::vector<std::string>& texts, const char* option) {
+    std::vector<std::uint64_t> out;
+    for (const auto& t : texts) out.push_back(parse_bytes(t, option));
+    return out;
+}
+
+sweep make_sweep(const bench_args& a, const settings& base, bool gpu) {
+    sweep w;
+    w.threads = a.threads;
+    if (w.threads.empty()) w.threads = {std::max<std::size_t>(1, base.threads / 4), base.threads / 2, base.threads};
+    std::sort(w.threads.begin(), w.threads.end());
+    w.threads.erase(std::unique(w.threads.begin(), w.threads.end()), w.threads.end());
+    w.threads.erase(std::remove(w.threads.begin(), w.threads.end(), 0u), w.threads.end());
+    w.tasks = parse_sizes(a.task_sizes, "--task-size");
+    if (w.tasks.empty()) w.tasks = {base.task_size / 4, base.task_size, base.task_size * 4};
+    std::vector<std::uint64_t> buffer_sizes = parse_sizes(a.buffer_sizes, "--buffer-size");
     if (buffer_sizes.empty()) buffer_sizes = {base.staging_buffer_size};
-    if (a.buffers.empty()) a.buffers = {base.staging_buffers};
-    std::vector<std::uint64_t> lane_sizes;
-    for (const auto& t : a.lane_sizes) lane_sizes.push_back(parse_bytes(t, "--lane-size"));
+    std::vector<std::size_t> buffers = a.buffers;
+    if (buffers.empty()) buffers = {base.staging_buffers};
+    std::vector<std::uint64_t> lane_sizes = parse_sizes(a.lane_sizes, "--lane-size");
     if (lane_sizes.empty()) lane_sizes = {base.lane_buffer_size};
-    if (a.lanes.empty()) a.lanes = {base.stream_lanes};
+    std::vector<std::size_t> lanes = a.lanes;
+    if (lanes.empty()) lanes = {base.stream_lanes};
     if (!gpu) {  // reads into host memory use no staging buffers: nothing to sweep
         buffer_sizes.resize(1);
-        a.buffers.resize(1);
+        buffers.resize(1);
     }
-    // What each path sweeps besides threads and tasks: the workers' staging buffers, or for the
-    // stream lanes their buffer size and count.
-    struct staging_variant {
-        std::uint64_t size;
-        std::size_t count;
-    };
-    std::vector<staging_variant> buffer_variants, lane_variants;
     for (std::uint64_t bs : buffer_sizes)
-        for (std::size_t nb : a.buffers) buffer_variants.push_back({bs, nb});
+        for (std::size_t nb : buffers) w.buffer_variants.push_back({bs, nb});
     for (std::uint64_t ls : lane_sizes)
-        for (std::size_t nl : a.lanes) lane_variants.push_back({ls, nl});
-    std::size_t max_threads = a.threads.back();
+        for (std::size_t nl : lanes) w.lane_variants.push_back({ls, nl});
+    return w;
+}
 
+/// The paths of --paths, each with the settings and routes it stands for; a path that cannot
+/// serve the destination is refused here, before anything is written or read.
+std::vector<path_config> make_paths(std::vector<std::string> paths, const bench_args& a, const settings& base,
+                                    bool gpu) {
     std::vector<path_config> configs;
-    if (a.paths.empty()) a.paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
-                                       : std::vector<std::string>{"host", "direct"};
+    if (paths.empty()) paths = gpu ? std::vector<std::string>{"staged", "lanes", "staged+direct", "cufile"}
+                                   : std::vector<std::string>{"host", "direct"};
     // The paths into GPU memory are refused into host memory, where their bytes would go through
     // the host route: a row is named by the route its bytes took.
     const std::string no_gpu_memory =
@@ -189,7 +207,7 @@ int run_bench(bench_args a) {
                                     "auto measure host memory");
     };
     const std::vector<io_path> staged_routes{io_path::staged};
-    for (const auto& p : a.paths) {
+    for (const auto& p : paths) {
         if (p == "host") configs.push_back({p, gds_mode::off, direct_io_mode::off, {io_path::host}});
         else if (p == "direct") configs.push_back({p, gds_mode::off, direct_io_mode::on, {io_path::direct}});
         else if (p == "staged") {
@@ -216,11 +234,13 @@ int run_bench(bench_args a) {
             throw usage_error("--paths: unknown path " + p +
                               " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
     }
+    return configs;
+}
 
-    scratch_files scratch;
-    bool generated = a.path.empty();
+/// The file to read, generated (and removed with `scratch`) unless one was given; its size.
+std::uint64_t prepare_file(bench_args& a, scratch_files& scratch) {
     std::uint64_t size;
-    if (generated) {
+    if (a.path.empty()) {
         size = parse_bytes(a.size, "--size");
         if (size == 0) throw usage_error("--size: nothing to measure in an empty file");
         require_free_space(".", a.write ? 2 * size : size,
@@ -234,157 +254,103 @@ int run_bench(bench_args a) {
         if (a.write) require_free_space(directory_of(a.path), size, "--write: the write target needs");
     }
     if (size == 0) throw usage_error("nothing to measure: " + a.path + " is empty");
+    return size;
+}
 
-    device_buffer dev;
-    pinned_buffer pinned;
-    std::vector<char> host;
-    char* host_mem = nullptr;
-    if (gpu) {
-        dev = device_buffer(size, where.device);
-        pinned = pinned_buffer(size);
-        host_mem = static_cast<char*>(pinned.data());
-    } else {
-        host.resize(size);
-        host_mem = host.data();
+/// One `ferry bench` run: the memory it reads into, the rows measured so far, the paths found
+/// unavailable. Each phase is a member: ceilings, reads, writes, then one of the two reports.
+class bench_run {
+public:
+    bench_run(const bench_args& a, placement where, settings base, std::uint64_t size, sweep w)
+        : a_(a), where_(where), gpu_(where.on_gpu()), base_(base), size_(size), sweep_(std::move(w)) {
+        if (gpu_) {
+            dev_ = device_buffer(size, where.device);
+            pinned_ = pinned_buffer(size);
+            host_mem_ = static_cast<char*>(pinned_.data());
+        } else {
+            host_.resize(size);
+            host_mem_ = host_.data();
+        }
+        target_ = gpu_ ? static_cast<char*>(dev_.data()) : host_mem_;
     }
-    char* target = gpu ? static_cast<char*>(dev.data()) : host_mem;
 
-    std::vector<row> rows;
-    // Paths that measured nothing, each with its reason: refused by the engine, or serving its
-    // bytes through another route than its own.
-    std::vector<std::pair<std::string, std::string>> unavailable;
-    auto report_unavailable = [&](const std::string& name, const std::string& why) {
-        for (const auto& [n, w] : unavailable)
-            if (n == name && w == why) return;
-        unavailable.emplace_back(name, why);
-        if (!a.json) std::fprintf(stderr, "\n%s: unavailable: %s\n", name.c_str(), why.c_str());
-    };
-    progress bar;
-    int points = 0;
-    for (const auto& pc : configs)
-        points += static_cast<int>(a.threads.size() * tasks.size() *
-                                   (pc.lanes() ? lane_variants.size() : buffer_variants.size()));
-    bar.total = 2 + points + (a.write ? 4 : 0);
-    auto prepare = [&] {
-        if (a.cold) evict(a.path);
-        else warm(a.path, size, max_threads);
-    };
-    auto measure = [&](const std::function<double()>& once) {
-        std::vector<double> times;
-        for (int r = 0; r < a.repeat; ++r) {
-            prepare();
-            times.push_back(once());
-        }
-        return median(times);
-    };
-
-    double t_pread = measure([&] { return raw_parallel_io(a.path, host_mem, size, max_threads, false); });
-    rows.push_back({"ceiling", "pread", max_threads, 4 << 20, false, gbps(size, t_pread), t_pread, {}});
-    bar.step("pread ceiling");
-    double pcie = 0;
-    if (gpu) {
-        copy_memory(target, host_mem, size);  // warm-up
-        std::vector<double> times;
-        for (int r = 0; r < a.repeat; ++r) {
-            auto t0 = clock::now();
-            copy_memory(target, host_mem, size);
-            times.push_back(seconds_since(t0));
-        }
-        double t = median(times);
-        pcie = gbps(size, t);
-        rows.push_back({"ceiling", "pinned->device copy", 1, size, false, pcie, t, {}});
-        if (!a.no_naive) {
-            double tn = measure([&] { return naive(a.path, target, size); });
-            rows.push_back({"baseline", "naive (1 thread, pageable, copy)", 1, size, false, gbps(size, tn), tn, {}});
-        }
+    void count_points(const std::vector<path_config>& configs) {
+        int points = 0;
+        for (const auto& pc : configs)
+            points += static_cast<int>(sweep_.threads.size() * sweep_.tasks.size() * sweep_.variants(pc).size());
+        bar_.total = 2 + points + (a_.write ? 4 : 0);
     }
-    bar.step("copy ceiling, naive");
 
-    // Paths far below the best so far (e.g. O_DIRECT on hot data) are measured at one point of
-    // the sweep only: a full sweep of them would take minutes and teach nothing.
-    double best_so_far = 0;
-    double register_seconds = -1;
-    for (const auto& pc : configs) {
-        bool slow = false;
-        // Registered for this path's rows only: while it lives every read of the file into GPU
-        // memory takes the registration, whatever the settings.
-        std::optional<registered_file> reg;
-        if (pc.registered) {
-            try {
-                reg.emplace(a.path);
-                register_seconds = reg->seconds();
-            } catch (const error& e) {
-                report_unavailable(pc.name, e.what());
-                slow = true;
+    /// The parallel pread into host memory and, into GPU memory, the pinned copy and the naive path.
+    void measure_ceilings() {
+        double t_pread = measure([&] { return raw_parallel_io(a_.path, host_mem_, size_, sweep_.max_threads(), false); });
+        rows_.push_back({"ceiling", "pread", sweep_.max_threads(), 4 << 20, false, gbps(size_, t_pread), t_pread, {}});
+        bar_.step("pread ceiling");
+        if (gpu_) {
+            copy_memory(target_, host_mem_, size_);  // warm-up
+            std::vector<double> times;
+            for (int r = 0; r < a_.repeat; ++r) {
+                auto t0 = clock::now();
+                copy_memory(target_, host_mem_, size_);
+                times.push_back(seconds_since(t0));
+            }
+            double t = median(times);
+            pcie_ = gbps(size_, t);
+            rows_.push_back({"ceiling", "pinned->device copy", 1, size_, false, pcie_, t, {}});
+            if (!a_.no_naive) {
+                double tn = measure([&] { return naive(a_.path, target_, size_); });
+                rows_.push_back({"baseline", "naive (1 thread, pageable, copy)", 1, size_, false, gbps(size_, tn), tn, {}});
             }
         }
-        for (std::size_t th : a.threads)
-            for (std::uint64_t ts : tasks)
-                for (const staging_variant& v : pc.lanes() ? lane_variants : buffer_variants) {
-                        if (slow) {
-                            bar.step(pc.name + " (slow: one point)");
-                            continue;
-                        }
-                        settings s = base;
-                        s.threads = th;
-                        s.task_size = ts;
-                        if (pc.lanes()) {
-                            s.lane_buffer_size = v.size;
-                            s.stream_lanes = v.count;
-                        } else {
-                            s.staging_buffer_size = v.size;
-                            s.staging_buffers = v.count;
-                        }
-                        s.gds = pc.gds;
-                        s.direct_io = pc.direct;
-                        s.gds_threshold = 0;
-                        s.lane_threshold = pc.lane_threshold;
-                        std::optional<ferry::file> f;
-                        std::optional<ferry::stream> st;
-                        auto read_all = [&](std::uint64_t n) {
-                            if (pc.on_stream) f->read_async(target, n, 0, st->get()).get();
-                            else f->read(target, n, 0);
-                        };
-                        try {
-                            f.emplace(a.path, open_mode::read, s);
-                            if (pc.on_stream) st.emplace(where.on_gpu() ? where.device : 0);
-                            read_all(std::min<std::uint64_t>(size, 256u << 20));  // warm-up
-                        } catch (const error& e) {
-                            report_unavailable(pc.name, e.what());
-                            bar.step(pc.name + " unavailable");
-                            slow = true;
-                            continue;
-                        }
-                        io_stats before = f->stats();
-                        double t = measure([&] {
-                            auto t0 = clock::now();
-                            read_all(size);
-                            return seconds_since(t0);
-                        });
-                        row r{"ferry", pc.name, th, ts, false, gbps(size, t), t, f->stats() - before};
-                        if (std::string why = pc.took_another_route(r.io); !why.empty()) {
-                            report_unavailable(pc.name, why);
-                            bar.step(pc.name + " unavailable");
-                            slow = true;
-                            continue;
-                        }
-                        if (gpu && !pc.registered) {  // host reads and registered files use no staging buffers
-                            r.buffer_size = v.size;
-                            r.buffers = v.count;
-                            r.lanes = pc.lanes();
-                        }
-                        rows.push_back(r);
-                        best_so_far = std::max(best_so_far, r.gbps);
-                        slow = r.gbps < best_so_far / 4;
-                        bar.step(pc.name + " " + std::to_string(th) + " threads " + human_bytes(ts));
-                    }
+        bar_.step("copy ceiling, naive");
     }
 
-    if (a.write) {
-        std::string out = scratch.create(directory_of(a.path));
+    /// Every path over the sweep. Paths far below the best so far (e.g. O_DIRECT on hot data) are
+    /// measured at one point of the sweep only: a full sweep of them would take minutes and teach
+    /// nothing.
+    void measure_reads(const std::vector<path_config>& configs) {
+        double best_so_far = 0;
+        for (const auto& pc : configs) {
+            bool slow = false;
+            // Registered for this path's rows only: while it lives every read of the file into GPU
+            // memory takes the registration, whatever the settings.
+            std::optional<registered_file> reg;
+            if (pc.registered) {
+                try {
+                    reg.emplace(a_.path);
+                    register_seconds_ = reg->seconds();
+                } catch (const error& e) {
+                    report_unavailable(pc.name, e.what());
+                    slow = true;
+                }
+            }
+            for (std::size_t th : sweep_.threads)
+                for (std::uint64_t ts : sweep_.tasks)
+                    for (const staging_variant& v : sweep_.variants(pc)) {
+                        if (slow) {
+                            bar_.step(pc.name + " (slow: one point)");
+                            continue;
+                        }
+                        std::optional<row> r = measure_read(pc, th, ts, v);
+                        if (!r) {
+                            bar_.step(pc.name + " unavailable");
+                            slow = true;
+                            continue;
+                        }
+                        rows_.push_back(*r);
+                        best_so_far = std::max(best_so_far, r->gbps);
+                        slow = r->gbps < best_so_far / 4;
+                        bar_.step(pc.name + " " + std::to_string(th) + " threads " + human_bytes(ts));
+                    }
+        }
+    }
+
+    /// The pwrite ceiling, then each path's write of the whole target to a new file.
+    void measure_writes(const std::vector<path_config>& configs, scratch_files& scratch) {
+        std::string out = scratch.create(directory_of(a_.path));
         auto write_once = [&](const std::function<double()>& once) {
             std::vector<double> times;
-            for (int r = 0; r < a.repeat; ++r) {
+            for (int r = 0; r < a_.repeat; ++r) {
                 ::unlink(out.c_str());
                 times.push_back(once());
                 evict(out);  // flush outside the timing so the next write starts clean
@@ -392,16 +358,16 @@ int run_bench(bench_args a) {
             ::unlink(out.c_str());
             return median(times);
         };
-        double tw = write_once([&] { return raw_parallel_io(out, host_mem, size, max_threads, true); });
-        rows.push_back({"ceiling", "pwrite", max_threads, 4 << 20, true, gbps(size, tw), tw, {}});
-        bar.step("pwrite ceiling");
+        double tw = write_once([&] { return raw_parallel_io(out, host_mem_, size_, sweep_.max_threads(), true); });
+        rows_.push_back({"ceiling", "pwrite", sweep_.max_threads(), 4 << 20, true, gbps(size_, tw), tw, {}});
+        bar_.step("pwrite ceiling");
         for (const auto& pc : configs) {
             if (pc.direct == direct_io_mode::on) {
-                bar.step("");
+                bar_.step("");
                 continue;  // writes are never O_DIRECT
             }
-            settings s = base;
-            s.threads = max_threads;
+            settings s = base_;
+            s.threads = sweep_.max_threads();
             s.gds = pc.gds;
             s.gds_threshold = 0;
             io_stats io;
@@ -410,128 +376,259 @@ int run_bench(bench_args a) {
                 t = write_once([&] {
                     ferry::file f(out, open_mode::write, s);
                     auto t0 = clock::now();
-                    f.write(target, size, 0);
+                    f.write(target_, size_, 0);
                     double d = seconds_since(t0);
                     io = f.stats();
                     return d;
                 });
             } catch (const error& e) {
                 report_unavailable("write " + pc.name, e.what());
-                bar.step("");
+                bar_.step("");
                 continue;
             }
             if (std::string why = pc.took_another_route(io); !why.empty()) {
                 report_unavailable("write " + pc.name, why);
-                bar.step("");
+                bar_.step("");
                 continue;
             }
-            rows.push_back({"ferry", pc.name, max_threads, s.task_size, true, gbps(size, t), t, io,
-                            gpu ? s.staging_buffer_size : 0, gpu ? s.staging_buffers : 0});
-            bar.step("write " + pc.name);
+            rows_.push_back({"ferry", pc.name, sweep_.max_threads(), s.task_size, true, gbps(size_, t), t, io,
+                             gpu_ ? s.staging_buffer_size : 0, gpu_ ? s.staging_buffers : 0});
+            bar_.step("write " + pc.name);
         }
     }
-    bar.done = bar.total - 1;
-    bar.step("done");
 
-    double pread_gbps = rows.front().gbps;
-    double naive_gbps = 0, pwrite_gbps = 0;
-    for (const auto& r : rows) {
-        if (r.kind == "baseline") naive_gbps = r.gbps;
-        if (r.kind == "ceiling" && r.is_write) pwrite_gbps = r.gbps;
+    void finish_progress() {
+        bar_.done = bar_.total - 1;
+        bar_.step("done");
     }
-    const row* best = nullptr;
-    for (const auto& r : rows)
-        if (r.kind == "ferry" && !r.is_write && (!best || r.gbps > best->gbps)) best = &r;
 
-    struct utsname u {};
-    ::uname(&u);
-    if (a.json) {
+    void report_json() const {
+        const figures f = summary();
+        struct utsname u {};
+        ::uname(&u);
         nlohmann::json j;
         j["ferry_version"] = ferry::version();
-        j["file"] = a.path;
-        j["bytes"] = size;
-        j["device"] = to_string(where);
-        j["cold"] = a.cold;
-        j["repeat"] = a.repeat;
+        j["file"] = a_.path;
+        j["bytes"] = size_;
+        j["device"] = to_string(where_);
+        j["cold"] = a_.cold;
+        j["repeat"] = a_.repeat;
         j["kernel"] = std::string(u.release);
         j["cpus"] = std::thread::hardware_concurrency();
         j["staging_memory_peak"] = staging_memory_peak();
-        j["staging_memory_limit"] = base.staging_memory_limit;
-        if (register_seconds >= 0) j["register_seconds"] = register_seconds;
+        j["staging_memory_limit"] = base_.staging_memory_limit;
+        if (register_seconds_ >= 0) j["register_seconds"] = register_seconds_;
         nlohmann::json rs = nlohmann::json::array();
-        for (const auto& r : rows) {
+        for (const auto& r : rows_) {
             nlohmann::json e{{"kind", r.kind}, {"name", r.name}, {"threads", r.threads}, {"task_size", r.task_size},
                              {"write", r.is_write}, {"gbps", r.gbps}, {"seconds", r.seconds}};
-            if (r.buffers && r.lanes) {
-                e["lane_buffer_size"] = r.buffer_size;
-                e["stream_lanes"] = r.buffers;
-            } else if (r.buffers) {
-                e["staging_buffer_size"] = r.buffer_size;
-                e["staging_buffers"] = r.buffers;
-            }
+            staging_json(r, e);
             if (r.kind == "ferry") {
                 e["io"] = io_json(r.io);
-                e["vs_pread"] = pread_gbps > 0 ? r.gbps / pread_gbps : 0;
-                if (pcie > 0) e["vs_pcie"] = r.gbps / pcie;
-                if (naive_gbps > 0) e["vs_naive"] = r.gbps / naive_gbps;
-                if (r.is_write && pwrite_gbps > 0) e["vs_pwrite"] = r.gbps / pwrite_gbps;
+                e["vs_pread"] = f.pread > 0 ? r.gbps / f.pread : 0;
+                if (pcie_ > 0) e["vs_pcie"] = r.gbps / pcie_;
+                if (f.naive > 0) e["vs_naive"] = r.gbps / f.naive;
+                if (r.is_write && f.pwrite > 0) e["vs_pwrite"] = r.gbps / f.pwrite;
             }
             rs.push_back(e);
         }
         j["results"] = rs;
         nlohmann::json un = nlohmann::json::array();
-        for (const auto& [name, why] : unavailable) un.push_back({{"name", name}, {"reason", why}});
+        for (const auto& [name, why] : unavailable_) un.push_back({{"name", name}, {"reason", why}});
         j["unavailable"] = un;
-        if (best) {
-            j["best_read"] = {{"name", best->name}, {"threads", best->threads}, {"task_size", best->task_size},
-                              {"gbps", best->gbps}};
-            if (best->buffers && best->lanes) {
-                j["best_read"]["lane_buffer_size"] = best->buffer_size;
-                j["best_read"]["stream_lanes"] = best->buffers;
-            } else if (best->buffers) {
-                j["best_read"]["staging_buffer_size"] = best->buffer_size;
-                j["best_read"]["staging_buffers"] = best->buffers;
-            }
+        if (f.best) {
+            j["best_read"] = {{"name", f.best->name}, {"threads", f.best->threads},
+                              {"task_size", f.best->task_size}, {"gbps", f.best->gbps}};
+            staging_json(*f.best, j["best_read"]);
         }
         std::cout << j.dump(2) << "\n";
-        return exit_ok;
     }
-    std::printf("ferry bench: %s, %s, %s, %s, median of %d, kernel %s, %u CPUs\n", a.path.c_str(),
-                human_bytes(size).c_str(), to_string(where).c_str(), a.cold ? "cold (evicted before each read)" : "hot (page cache)",
-                a.repeat, u.release, std::thread::hardware_concurrency());
-    std::printf("%-44s %7s %9s %12s %9s %9s %9s  %s\n", "measurement", "threads", "task", "rate", "vs pread",
-                pcie > 0 ? "vs PCIe" : "", naive_gbps > 0 ? "vs naive" : "", "bytes by path");
-    for (const auto& r : rows) {
-        std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
-        if (r.buffers && r.lanes) name += " [" + std::to_string(r.buffers) + " lanes, 2x" + human_bytes(r.buffer_size) + "]";
-        else if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
-        char vs_pread[16] = "", vs_pcie[16] = "", vs_naive[16] = "";
-        if (r.kind == "ferry") {
-            double base_gbps = r.is_write ? pwrite_gbps : pread_gbps;
-            if (base_gbps > 0) std::snprintf(vs_pread, sizeof vs_pread, "%.2fx", r.gbps / base_gbps);
-            if (pcie > 0) std::snprintf(vs_pcie, sizeof vs_pcie, "%.2fx", r.gbps / pcie);
-            if (naive_gbps > 0 && !r.is_write) std::snprintf(vs_naive, sizeof vs_naive, "%.1fx", r.gbps / naive_gbps);
+
+    void report_text() const {
+        const figures f = summary();
+        struct utsname u {};
+        ::uname(&u);
+        std::printf("ferry bench: %s, %s, %s, %s, median of %d, kernel %s, %u CPUs\n", a_.path.c_str(),
+                    human_bytes(size_).c_str(), to_string(where_).c_str(),
+                    a_.cold ? "cold (evicted before each read)" : "hot (page cache)", a_.repeat, u.release,
+                    std::thread::hardware_concurrency());
+        std::printf("%-44s %7s %9s %12s %9s %9s %9s  %s\n", "measurement", "threads", "task", "rate", "vs pread",
+                    pcie_ > 0 ? "vs PCIe" : "", f.naive > 0 ? "vs naive" : "", "bytes by path");
+        for (const auto& r : rows_) {
+            std::string name = (r.is_write ? "write " : "") + r.name + (r.kind == "ceiling" ? " (ceiling)" : "");
+            if (r.buffers && r.lanes) name += " [" + std::to_string(r.buffers) + " lanes, 2x" + human_bytes(r.buffer_size) + "]";
+            else if (r.buffers) name += " [" + std::to_string(r.buffers) + "x" + human_bytes(r.buffer_size) + "]";
+            char vs_pread[16] = "", vs_pcie[16] = "", vs_naive[16] = "";
+            if (r.kind == "ferry") {
+                double base_gbps = r.is_write ? f.pwrite : f.pread;
+                if (base_gbps > 0) std::snprintf(vs_pread, sizeof vs_pread, "%.2fx", r.gbps / base_gbps);
+                if (pcie_ > 0) std::snprintf(vs_pcie, sizeof vs_pcie, "%.2fx", r.gbps / pcie_);
+                if (f.naive > 0 && !r.is_write) std::snprintf(vs_naive, sizeof vs_naive, "%.1fx", r.gbps / f.naive);
+            }
+            std::printf("%-44s %7zu %9s %12s %9s %9s %9s  %s\n", name.c_str(), r.threads,
+                        r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "",
+                        rate_text(size_, r.seconds).c_str(), vs_pread,
+                        vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
         }
-        std::printf("%-44s %7zu %9s %12s %9s %9s %9s  %s\n", name.c_str(), r.threads,
-                    r.kind == "ferry" || r.kind == "ceiling" ? human_bytes(r.task_size).c_str() : "",
-                    rate_text(size, r.seconds).c_str(), vs_pread,
-                    vs_pcie, vs_naive, r.kind == "ferry" ? io_text(r.io).c_str() : "");
+        const row* best = f.best;
+        if (best && best->buffers && best->lanes)
+            std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %s\n", best->name.c_str(),
+                        best->threads, best->buffers, human_bytes(best->buffer_size).c_str(),
+                        rate_text(size_, best->seconds).c_str());
+        else if (best && best->buffers)
+            std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %s\n",
+                        best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
+                        human_bytes(best->buffer_size).c_str(), rate_text(size_, best->seconds).c_str());
+        else if (best)
+            std::printf("best read: %s, %zu threads, tasks of %s: %s\n", best->name.c_str(), best->threads,
+                        human_bytes(best->task_size).c_str(), rate_text(size_, best->seconds).c_str());
+        if (register_seconds_ >= 0)
+            std::printf("registering the file (path registered) took %.3f s, outside the rows' timing\n",
+                        register_seconds_);
+        std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
+                    human_bytes(base_.staging_memory_limit).c_str());
     }
-    if (best && best->buffers && best->lanes)
-        std::printf("best read: %s, %zu threads, %zu stream lanes of 2 x %s: %s\n", best->name.c_str(),
-                    best->threads, best->buffers, human_bytes(best->buffer_size).c_str(),
-                    rate_text(size, best->seconds).c_str());
-    else if (best && best->buffers)
-        std::printf("best read: %s, %zu threads, tasks of %s, %zu x %s staging buffers: %s\n",
-                    best->name.c_str(), best->threads, human_bytes(best->task_size).c_str(), best->buffers,
-                    human_bytes(best->buffer_size).c_str(), rate_text(size, best->seconds).c_str());
-    else if (best)
-        std::printf("best read: %s, %zu threads, tasks of %s: %s\n", best->name.c_str(), best->threads,
-                    human_bytes(best->task_size).c_str(), rate_text(size, best->seconds).c_str());
-    if (register_seconds >= 0)
-        std::printf("registering the file (path registered) took %.3f s, outside the rows' timing\n", register_seconds);
-    std::printf("peak pinned staging memory: %s (limit %s per engine)\n", human_bytes(staging_memory_peak()).c_str(),
-                human_bytes(base.staging_memory_limit).c_str());
+
+private:
+    /// The baselines the ratios divide by, and the fastest read.
+    struct figures {
+        double pread = 0, naive = 0, pwrite = 0;
+        const row* best = nullptr;
+    };
+
+    figures summary() const {
+        figures f;
+        f.pread = rows_.front().gbps;
+        for (const auto& r : rows_) {
+            if (r.kind == "baseline") f.naive = r.gbps;
+            if (r.kind == "ceiling" && r.is_write) f.pwrite = r.gbps;
+            if (r.kind == "ferry" && !r.is_write && (!f.best || r.gbps > f.best->gbps)) f.best = &r;
+        }
+        return f;
+    }
+
+    static void staging_json(const row& r, nlohmann::json& e) {
+        if (r.buffers && r.lanes) {
+            e["lane_buffer_size"] = r.buffer_size;
+            e["stream_lanes"] = r.buffers;
+        } else if (r.buffers) {
+            e["staging_buffer_size"] = r.buffer_size;
+            e["staging_buffers"] = r.buffers;
+        }
+    }
+
+    void prepare() const {
+        if (a_.cold) evict(a_.path);
+        else warm(a_.path, size_, sweep_.max_threads());
+    }
+
+    double measure(const std::function<double()>& once) const {
+        std::vector<double> times;
+        for (int r = 0; r < a_.repeat; ++r) {
+            prepare();
+            times.push_back(once());
+        }
+        return median(times);
+    }
+
+    /// One point of a path's sweep: a file opened with its settings, a warm-up read, then the
+    /// median of the timed reads. Empty (and the path reported unavailable) where the engine
+    /// refuses it or its bytes took another route.
+    std::optional<row> measure_read(const path_config& pc, std::size_t threads, std::uint64_t task,
+                                    const staging_variant& v) {
+        settings s = base_;
+        s.threads = threads;
+        s.task_size = task;
+        if (pc.lanes()) {
+            s.lane_buffer_size = v.size;
+            s.stream_lanes = v.count;
+        } else {
+            s.staging_buffer_size = v.size;
+            s.staging_buffers = v.count;
+        }
+        s.gds = pc.gds;
+        s.direct_io = pc.direct;
+        s.gds_threshold = 0;
+        s.lane_threshold = pc.lane_threshold;
+        std::optional<ferry::file> f;
+        std::optional<ferry::stream> st;
+        auto read_all = [&](std::uint64_t n) {
+            if (pc.on_stream) f->read_async(target_, n, 0, st->get()).get();
+            else f->read(target_, n, 0);
+        };
+        try {
+            f.emplace(a_.path, open_mode::read, s);
+            if (pc.on_stream) st.emplace(where_.on_gpu() ? where_.device : 0);
+            read_all(std::min<std::uint64_t>(size_, 256u << 20));  // warm-up
+        } catch (const error& e) {
+            report_unavailable(pc.name, e.what());
+            return std::nullopt;
+        }
+        io_stats before = f->stats();
+        double t = measure([&] {
+            auto t0 = clock::now();
+            read_all(size_);
+            return seconds_since(t0);
+        });
+        row r{"ferry", pc.name, threads, task, false, gbps(size_, t), t, f->stats() - before};
+        if (std::string why = pc.took_another_route(r.io); !why.empty()) {
+            report_unavailable(pc.name, why);
+            return std::nullopt;
+        }
+        if (gpu_ && !pc.registered) {  // host reads and registered files use no staging buffers
+            r.buffer_size = v.size;
+            r.buffers = v.count;
+            r.lanes = pc.lanes();
+        }
+        return r;
+    }
+
+    /// A path that measured nothing, with its reason (once per reason): refused by the engine,
+    /// or serving its bytes through another route than its own.
+    void report_unavailable(const std::string& name, const std::string& why) {
+        for (const auto& [n, w] : unavailable_)
+            if (n == name && w == why) return;
+        unavailable_.emplace_back(name, why);
+        if (!a_.json) std::fprintf(stderr, "\n%s: unavailable: %s\n", name.c_str(), why.c_str());
+    }
+
+    const bench_args& a_;
+    placement where_;
+    bool gpu_;
+    settings base_;
+    std::uint64_t size_;
+    sweep sweep_;
+    device_buffer dev_;
+    pinned_buffer pinned_;
+    std::vector<char> host_;
+    char* host_mem_ = nullptr;
+    char* target_ = nullptr;
+    std::vector<row> rows_;
+    std::vector<std::pair<std::string, std::string>> unavailable_;
+    progress bar_;
+    double pcie_ = 0;
+    double register_seconds_ = -1;
+};
+
+int run_bench(bench_args a) {
+    placement where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
+                                       : parse_placement(a.device);
+    bool gpu = where.on_gpu();
+    if (gpu && cuda_device_count() == 0) throw usage_error("--device " + a.device + ": " + cuda_unavailable_reason());
+    settings base = settings::global().resolved();
+    sweep w = make_sweep(a, base, gpu);
+    std::vector<path_config> configs = make_paths(a.paths, a, base, gpu);
+    scratch_files scratch;
+    std::uint64_t size = prepare_file(a, scratch);
+
+    bench_run run(a, where, base, size, std::move(w));
+    run.count_points(configs);
+    run.measure_ceilings();
+    run.measure_reads(configs);
+    if (a.write) run.measure_writes(configs, scratch);
+    run.finish_progress();
+    if (a.json) run.report_json();
+    else run.report_text();
     return exit_ok;
 }
 
