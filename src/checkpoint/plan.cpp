@@ -161,18 +161,22 @@ const tensor_slice* slice_for(const checkpoint_load_options& o, const std::strin
 
 }  // namespace
 
-detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, std::uint64_t budget_cap) {
-    detailed_plan d;
-    std::vector<std::size_t> chosen = select(c, o.select);
+namespace {
+
+/// Destinations and slices against the checkpoint: with only_into, which destinations the
+/// selection misses and which selected tensors have none (an error when strict); otherwise a
+/// destination or slice of a tensor the checkpoint lacks is one.
+void check_names(const checkpoint& c, const checkpoint_load_options& o, const std::vector<std::size_t>& chosen,
+                 checkpoint_plan& plan) {
     if (o.only_into) {
         std::set<std::string> selected;
         for (std::size_t idx : chosen) {
             selected.insert(c.tensors[idx].name);
-            if (!o.into.count(c.tensors[idx].name)) d.plan.unexpected.push_back(c.tensors[idx].name);
+            if (!o.into.count(c.tensors[idx].name)) plan.unexpected.push_back(c.tensors[idx].name);
         }
         for (const auto& [name, a] : o.into)
-            if (!selected.count(name)) d.plan.missing.push_back(name);
-        if (o.strict_into && (!d.plan.missing.empty() || !d.plan.unexpected.empty())) {
+            if (!selected.count(name)) plan.missing.push_back(name);
+        if (o.strict_into && (!plan.missing.empty() || !plan.unexpected.empty())) {
             auto list = [](const std::vector<std::string>& v) {
                 std::string s;
                 for (std::size_t i = 0; i < v.size() && i < 20; ++i) s += (i ? ", " : "") + v[i];
@@ -180,7 +184,7 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
                 return s;
             };
             throw usage_error(c.source + ": destinations and checkpoint do not match: missing key(s) [" +
-                              list(d.plan.missing) + "]; unexpected key(s) [" + list(d.plan.unexpected) + "]");
+                              list(plan.missing) + "]; unexpected key(s) [" + list(plan.unexpected) + "]");
         }
     } else {
         for (const auto& [name, a] : o.into)
@@ -189,7 +193,154 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
     }
     for (const auto& [name, s] : o.slices)
         if (!c.find(name)) throw checkpoint_error(c.source, name, "a slice is given but the checkpoint has no such tensor");
+}
 
+/// The part of a tensor a load reads: [start, stop) of dimension `dim` (all of dimension 0
+/// without a slice), and the tensor's layout around it (rows before the dimension, bytes per
+/// index of it).
+struct extent_of_slice {
+    int dim = 0;
+    std::int64_t start = 0, stop = 1;
+    std::uint64_t rows = 1;   ///< prod(shape[:dim])
+    std::uint64_t inner = 0;  ///< item * prod(shape[dim+1:])
+    std::uint64_t extent = 1; ///< shape[dim]
+    bool full() const { return start == 0 && static_cast<std::uint64_t>(stop) == extent; }
+};
+
+extent_of_slice slice_extent(const checkpoint_tensor& t, const tensor_slice* s, const std::string& file) {
+    extent_of_slice e;
+    e.stop = t.shape.empty() ? 1 : t.shape[0];
+    if (s) {
+        e.dim = s->dim < 0 ? s->dim + static_cast<int>(t.shape.size()) : s->dim;
+        if (e.dim < 0 || e.dim >= static_cast<int>(t.shape.size()))
+            throw checkpoint_error(file, t.name, "slice dimension " + std::to_string(s->dim) +
+                                                     " outside a tensor of shape " + shape_to_string(t.shape));
+        std::int64_t n = t.shape[e.dim];
+        if (s->parts > 0) {
+            if (s->part < 0 || s->part >= s->parts)
+                throw checkpoint_error(file, t.name, "split part " + std::to_string(s->part) +
+                                                         " outside 0.." + std::to_string(s->parts - 1));
+            e.start = s->part * n / s->parts;
+            e.stop = (s->part + 1) * n / s->parts;
+        } else {
+            e.start = s->start;
+            e.stop = s->stop;
+        }
+        const std::string range = "slice [" + std::to_string(e.start) + ", " + std::to_string(e.stop) +
+                                  ") of dimension " + std::to_string(e.dim);
+        if (e.stop < e.start)
+            throw checkpoint_error(file, t.name, range + " is reversed: its start comes after its stop");
+        if (e.start < 0 || e.stop > n)
+            throw checkpoint_error(file, t.name, range + " outside a tensor of shape " + shape_to_string(t.shape));
+    }
+    e.inner = size_of(t.type);
+    for (int i = 0; i < e.dim; ++i) e.rows *= static_cast<std::uint64_t>(t.shape[i]);
+    for (std::size_t i = e.dim + 1; i < t.shape.size(); ++i) e.inner *= static_cast<std::uint64_t>(t.shape[i]);
+    e.extent = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape[e.dim]);
+    return e;
+}
+
+/// The dtype a tensor lands in: asked for with `as`, or implied by a destination of another
+/// float dtype. A destination of the wrong shape, layout, device or dtype is refused by name.
+dtype target_dtype(const checkpoint_tensor& t, const checkpoint_load_options& o, const array* into,
+                   const std::vector<std::int64_t>& shape, std::uint64_t out_elems, const std::string& file) {
+    dtype to = t.type;
+    if (o.as && can_astype(t.type, *o.as) && is_floating(t.type)) to = *o.as;
+    if (!into) return to;
+    if (into->type() != to) {
+        if (is_floating(t.type) && is_floating(into->type()) && can_astype(t.type, into->type()))
+            to = into->type();
+        else
+            throw checkpoint_error(file, t.name, "destination dtype " + std::string(to_string(into->type())) +
+                                                     " does not match the tensor's " + std::string(to_string(to)));
+    }
+    if (into->shape() != shape)
+        throw checkpoint_error(file, t.name, "destination shape " + shape_to_string(into->shape()) +
+                                                 " does not match the planned " + shape_to_string(shape));
+    if (!into->is_native() || (into->layout() != storage_order::c && !into->is_c_and_fortran()))
+        throw checkpoint_error(file, t.name, "destination must be C-contiguous in native byte order");
+    if (into->where().on_gpu() != o.where.on_gpu() || (o.where.on_gpu() && into->where().device != o.where.device))
+        throw checkpoint_error(file, t.name, "destination is on " + to_string(into->where()) +
+                                                 ", the load targets " + to_string(o.where));
+    if (out_elems > 0 && into->data() == nullptr) throw checkpoint_error(file, t.name, "destination has no storage");
+    return to;
+}
+
+/// The byte ranges of the tensor's part and the route that reads them: one range (the whole
+/// tensor, or a slice of its outermost non-trivial dimension), or rows read as segments or as
+/// their enclosing span, whichever the costs at the top of this file favour.
+void place_ranges(const checkpoint_tensor& t, const extent_of_slice& e, bool sliced, std::uint64_t out_elems,
+                  const checkpoint_load_options& o, const std::string& file, tensor_plan& p, geometry& g) {
+    const std::size_t item = size_of(t.type);
+    if (e.rows == 1 || e.full() || out_elems == 0) {
+        std::uint64_t len = e.full() ? t.bytes : (e.stop - e.start) * e.inner;
+        if (out_elems == 0) len = 0;
+        g.offset = t.offset + (e.full() ? 0 : e.start * e.inner);
+        g.rows = 1;
+        g.row_bytes = g.seg_bytes = len;
+        p.route = read_route::whole;
+        p.reason = e.full() ? (e.dim == 0 && t.shape.size() > 0 && sliced ? "slice covers the dimension" : "whole tensor")
+                            : "slice along the outermost dimension: one byte range";
+        if (p.convert) {
+            // Converted in pieces of whole elements: rows of one element.
+            g.rows = len / item;
+            g.row_bytes = g.seg_bytes = item;
+            g.staged = true;
+        }
+        return;
+    }
+    g.offset = t.offset + e.start * e.inner;
+    g.rows = e.rows;
+    g.row_bytes = e.extent * e.inner;
+    g.seg_bytes = (e.stop - e.start) * e.inner;
+    const bool remote = file.find("://") != std::string::npos;
+    double skipped_s = static_cast<double>(g.row_bytes - g.seg_bytes) / (remote ? remote_read_bandwidth : read_bandwidth);
+    bool segments = skipped_s > (remote ? remote_request_cost_s : request_cost_s);
+    if (o.route == route_choice::segments) segments = true;
+    if (o.route == route_choice::span) segments = false;
+    p.route = segments ? read_route::segments : read_route::span;
+    char why[200];
+    std::snprintf(why, sizeof why, "%llu segments of %llu bytes, %llu skipped between them: %s",
+                  static_cast<unsigned long long>(e.rows), static_cast<unsigned long long>(g.seg_bytes),
+                  static_cast<unsigned long long>(g.row_bytes - g.seg_bytes),
+                  o.route != route_choice::automatic ? "route forced"
+                  : segments ? "skipping costs more than a request, read each segment"
+                             : "a request costs more than the skipped bytes, read the span and gather");
+    p.reason = why;
+    // Without conversion the rows land in place (gathers: io/scheduler.hpp); only a
+    // conversion needs temporaries.
+    g.staged = p.convert;
+}
+
+/// A staged tensor's pieces: as many rows as two pieces fit in the budget (one row at least),
+/// their temporary memory, and the largest pieces of the plan so far.
+void size_pieces(const checkpoint_tensor& t, const std::string& file, std::uint64_t budget_cap, tensor_plan& p,
+                 geometry& g, detailed_plan& d) {
+    std::uint64_t per_row_host = p.route == read_route::span ? g.row_bytes : g.seg_bytes;
+    std::uint64_t per_row_dev = g.where.on_gpu() && p.convert ? g.seg_bytes : 0;
+    std::uint64_t target = std::min(piece_target, budget_cap / 2);
+    g.rows_per_piece = std::max<std::uint64_t>(1, target / std::max<std::uint64_t>(1, per_row_host + per_row_dev));
+    g.rows_per_piece = std::min(g.rows_per_piece, g.rows);
+    std::uint64_t host = p.route == read_route::span ? (g.rows_per_piece - 1) * g.row_bytes + g.seg_bytes
+                                                     : g.rows_per_piece * g.seg_bytes;
+    std::uint64_t dev = g.rows_per_piece * per_row_dev;
+    host = (host + 255) / 256 * 256;  // pieces sit at 256-byte offsets in a slot
+    dev = (dev + 255) / 256 * 256;
+    p.temp_bytes = host + dev;
+    d.staging_piece = std::max(d.staging_piece, host);
+    d.device_piece = std::max(d.device_piece, dev);
+    if (host + dev > budget_cap)
+        throw checkpoint_error(file, t.name, "one piece needs " + std::to_string(host + dev) +
+                                                 " bytes of temporary memory, above the checkpoint memory budget of " +
+                                                 std::to_string(budget_cap));
+}
+
+}  // namespace
+
+detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, std::uint64_t budget_cap) {
+    detailed_plan d;
+    std::vector<std::size_t> chosen = select(c, o.select);
+    check_names(c, o, chosen, d.plan);
     for (std::size_t idx : chosen) {
         const checkpoint_tensor& t = c.tensors[idx];
         const std::string& file = c.shards[t.shard].path;
@@ -201,144 +352,26 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
         p.name = t.name;
         p.tensor = idx;
         p.shape = t.shape;
-        std::size_t item = size_of(t.type);
-        geometry g;
-        g.file = t.shard;
-        g.from = t.type;
-
-        // Slice: rows = prod(shape[:dim]), pitch = extent * inner, segment = length * inner.
-        std::uint64_t inner = item;
-        int dim = 0;
-        std::int64_t start = 0, stop = t.shape.empty() ? 1 : t.shape[0];
         const tensor_slice* const s = slice_for(o, t.name);
-        if (s) {
-            dim = s->dim < 0 ? s->dim + static_cast<int>(t.shape.size()) : s->dim;
-            if (dim < 0 || dim >= static_cast<int>(t.shape.size()))
-                throw checkpoint_error(file, t.name, "slice dimension " + std::to_string(s->dim) +
-                                                         " outside a tensor of shape " + shape_to_string(t.shape));
-            std::int64_t n = t.shape[dim];
-            if (s->parts > 0) {
-                if (s->part < 0 || s->part >= s->parts)
-                    throw checkpoint_error(file, t.name, "split part " + std::to_string(s->part) +
-                                                             " outside 0.." + std::to_string(s->parts - 1));
-                start = s->part * n / s->parts;
-                stop = (s->part + 1) * n / s->parts;
-            } else {
-                start = s->start;
-                stop = s->stop;
-            }
-            if (stop < start)
-                throw checkpoint_error(file, t.name, "slice [" + std::to_string(start) + ", " + std::to_string(stop) +
-                                                         ") of dimension " + std::to_string(dim) +
-                                                         " is reversed: its start comes after its stop");
-            if (start < 0 || stop > n)
-                throw checkpoint_error(file, t.name, "slice [" + std::to_string(start) + ", " + std::to_string(stop) +
-                                                         ") of dimension " + std::to_string(dim) +
-                                                         " outside a tensor of shape " + shape_to_string(t.shape));
-            p.shape[dim] = stop - start;
-        }
-        std::uint64_t rows = 1;
-        for (int i = 0; i < dim; ++i) rows *= static_cast<std::uint64_t>(t.shape[i]);
-        for (std::size_t i = dim + 1; i < t.shape.size(); ++i) inner *= static_cast<std::uint64_t>(t.shape[i]);
-        std::uint64_t extent = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape[dim]);
-        bool full = start == 0 && static_cast<std::uint64_t>(stop) == extent;
-        std::uint64_t out_elems = element_count(p.shape);
-
-        // Conversion: asked for with `as`, or implied by a destination of another float dtype.
-        dtype to = t.type;
-        if (o.as && can_astype(t.type, *o.as) && is_floating(t.type)) to = *o.as;
-        if (into) {
-            if (into->type() != to) {
-                if (is_floating(t.type) && is_floating(into->type()) && can_astype(t.type, into->type()))
-                    to = into->type();
-                else
-                    throw checkpoint_error(file, t.name, "destination dtype " + std::string(to_string(into->type())) +
-                                                             " does not match the tensor's " +
-                                                             std::string(to_string(to)));
-            }
-            if (into->shape() != p.shape)
-                throw checkpoint_error(file, t.name, "destination shape " + shape_to_string(into->shape()) +
-                                                         " does not match the planned " + shape_to_string(p.shape));
-            if (!into->is_native() || (into->layout() != storage_order::c && !into->is_c_and_fortran()))
-                throw checkpoint_error(file, t.name, "destination must be C-contiguous in native byte order");
-            if (into->where().on_gpu() != o.where.on_gpu() ||
-                (o.where.on_gpu() && into->where().device != o.where.device))
-                throw checkpoint_error(file, t.name, "destination is on " + to_string(into->where()) +
-                                                         ", the load targets " + to_string(o.where));
-            if (out_elems > 0 && into->data() == nullptr)
-                throw checkpoint_error(file, t.name, "destination has no storage");
-        }
+        const extent_of_slice e = slice_extent(t, s, file);
+        if (s) p.shape[e.dim] = e.stop - e.start;
+        const std::uint64_t out_elems = element_count(p.shape);
+        const dtype to = target_dtype(t, o, into, p.shape, out_elems, file);
         p.type = to;
         p.convert = to != t.type;
         p.into = into != nullptr;
+
+        geometry g;
+        g.file = t.shard;
+        g.from = t.type;
         g.to = to;
         g.into = into;
         g.where = into ? into->where() : o.where;
-
-        if (rows == 1 || full || out_elems == 0) {
-            // One byte range: the whole tensor, or a slice of its outermost non-trivial dim.
-            std::uint64_t len = full ? t.bytes : (stop - start) * inner;
-            if (out_elems == 0) len = 0;
-            g.offset = t.offset + (full ? 0 : start * inner);
-            g.rows = 1;
-            g.row_bytes = g.seg_bytes = len;
-            p.route = read_route::whole;
-            p.reason = full ? (dim == 0 && t.shape.size() > 0 && s ? "slice covers the dimension" : "whole tensor")
-                            : "slice along the outermost dimension: one byte range";
-            if (p.convert) {
-                // Converted in pieces of whole elements: rows of one element.
-                g.rows = len / item;
-                g.row_bytes = g.seg_bytes = item;
-                g.staged = true;
-            }
-        } else {
-            g.offset = t.offset + start * inner;
-            g.rows = rows;
-            g.row_bytes = extent * inner;
-            g.seg_bytes = (stop - start) * inner;
-            const bool remote = file.find("://") != std::string::npos;
-            double skipped_s = static_cast<double>(g.row_bytes - g.seg_bytes) /
-                               (remote ? remote_read_bandwidth : read_bandwidth);
-            bool segments = skipped_s > (remote ? remote_request_cost_s : request_cost_s);
-            if (o.route == route_choice::segments) segments = true;
-            if (o.route == route_choice::span) segments = false;
-            p.route = segments ? read_route::segments : read_route::span;
-            char why[200];
-            std::snprintf(why, sizeof why,
-                          "%llu segments of %llu bytes, %llu skipped between them: %s",
-                          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(g.seg_bytes),
-                          static_cast<unsigned long long>(g.row_bytes - g.seg_bytes),
-                          o.route != route_choice::automatic ? "route forced"
-                          : segments ? "skipping costs more than a request, read each segment"
-                                     : "a request costs more than the skipped bytes, read the span and gather");
-            p.reason = why;
-            // Without conversion the rows land in place (gathers: io/scheduler.hpp); only a
-            // conversion needs temporaries.
-            g.staged = p.convert;
-        }
-        g.out_seg_bytes = g.seg_bytes / item * size_of(to);
+        place_ranges(t, e, s != nullptr, out_elems, o, file, p, g);
+        g.out_seg_bytes = g.seg_bytes / size_of(t.type) * size_of(to);
         p.bytes_read = p.route == read_route::span ? (g.rows - 1) * g.row_bytes + g.seg_bytes : g.rows * g.seg_bytes;
+        if (g.staged) size_pieces(t, file, budget_cap, p, g, d);
 
-        if (g.staged) {
-            std::uint64_t per_row_host = p.route == read_route::span ? g.row_bytes : g.seg_bytes;
-            std::uint64_t per_row_dev = g.where.on_gpu() && p.convert ? g.seg_bytes : 0;
-            // Pieces shrink to fit two in the budget; one row is the smallest piece there is.
-            std::uint64_t target = std::min(piece_target, budget_cap / 2);
-            g.rows_per_piece = std::max<std::uint64_t>(1, target / std::max<std::uint64_t>(1, per_row_host + per_row_dev));
-            g.rows_per_piece = std::min(g.rows_per_piece, g.rows);
-            std::uint64_t host = p.route == read_route::span ? (g.rows_per_piece - 1) * g.row_bytes + g.seg_bytes
-                                                             : g.rows_per_piece * g.seg_bytes;
-            std::uint64_t dev = g.rows_per_piece * per_row_dev;
-            host = (host + 255) / 256 * 256;  // pieces sit at 256-byte offsets in a slot
-            dev = (dev + 255) / 256 * 256;
-            p.temp_bytes = host + dev;
-            d.staging_piece = std::max(d.staging_piece, host);
-            d.device_piece = std::max(d.device_piece, dev);
-            if (host + dev > budget_cap)
-                throw checkpoint_error(file, t.name, "one piece needs " + std::to_string(host + dev) +
-                                                         " bytes of temporary memory, above the checkpoint memory budget of " +
-                                                         std::to_string(budget_cap));
-        }
         g.plan = d.plan.tensors.size();
         d.plan.bytes_read += p.bytes_read;
         d.plan.bytes_out += out_elems * size_of(to);
