@@ -199,87 +199,130 @@ std::string base_name(const std::string& path) {
 
 }  // namespace
 
-group_plan plan_group(const checkpoint& c, const group_plan_options& o) {
+namespace {
+
+void check_options(const group_plan_options& o) {
     const int world = o.world;
     if (world < 1) throw usage_error("plan_group: world size " + std::to_string(world) + " is not positive");
     if (o.chunk_bytes < 1) throw usage_error("plan_group: chunk_bytes 0 is not positive");
-    const bool have_layout = o.layout.has_value();
-    if (have_layout) {
-        const auto& n = o.layout->node_of_rank;
-        if (n.size() != static_cast<std::size_t>(world))
-            throw usage_error("group layout: node_of_rank has " + std::to_string(n.size()) + " entries for a world of " +
-                              std::to_string(world));
-        for (std::size_t r = 0; r < n.size(); ++r)
-            if (n[r] < 0)
-                throw usage_error("group layout: node_of_rank[" + std::to_string(r) + "] is " + std::to_string(n[r]) +
-                                  ", not a node id (>= 0)");
-    }
+    if (!o.layout) return;
+    const auto& n = o.layout->node_of_rank;
+    if (n.size() != static_cast<std::size_t>(world))
+        throw usage_error("group layout: node_of_rank has " + std::to_string(n.size()) + " entries for a world of " +
+                          std::to_string(world));
+    for (std::size_t r = 0; r < n.size(); ++r)
+        if (n[r] < 0)
+            throw usage_error("group layout: node_of_rank[" + std::to_string(r) + "] is " + std::to_string(n[r]) +
+                              ", not a node id (>= 0)");
+}
 
-    group_plan p;
-    p.world = world;
-    p.ranks.resize(static_cast<std::size_t>(world));
-
-    // Nodes, densely numbered in the order of their ids; without a layout one node holds all.
-    std::vector<int> node(static_cast<std::size_t>(world), 0);
+/// The ranks' nodes and the subgroups the broadcasts use: nodes densely numbered in the order of
+/// their ids (one node holds all without a layout), each rank's index within its node, and
+/// whether replicated bytes go once per node or in two stages (across nodes by local index, then
+/// within each node).
+struct topology {
+    std::vector<int> node, local;
     std::vector<std::vector<int>> node_ranks;
     std::map<int, std::size_t> dense;
-    if (have_layout) {
-        std::set<int> ids(o.layout->node_of_rank.begin(), o.layout->node_of_rank.end());
-        for (int id : ids) dense.emplace(id, dense.size());
-        for (int r = 0; r < world; ++r) node[r] = static_cast<int>(dense.at(o.layout->node_of_rank[r]));
-    }
-    node_ranks.resize(have_layout ? dense.size() : 1);
-    for (int r = 0; r < world; ++r) node_ranks[node[r]].push_back(r);
-    std::vector<int> local(static_cast<std::size_t>(world), 0);
-    for (const auto& ranks : node_ranks)
-        for (std::size_t i = 0; i < ranks.size(); ++i) local[ranks[i]] = static_cast<int>(i);
-    const std::size_t nodes = node_ranks.size();
-    bool equal_nodes = std::all_of(node_ranks.begin(), node_ranks.end(),
-                                   [&](const auto& v) { return v.size() == node_ranks[0].size(); });
-    const bool per_node = o.reads == replicated_reads::once_per_node && nodes > 1;
-    const bool two_stage = !per_node && nodes > 1 && equal_nodes;
+    bool per_node = false, two_stage = false;
+    std::vector<std::size_t> node_group, rail_group;
 
-    // Subgroups: 0 is the whole group; a rank set equal to it is subgroup 0.
-    std::vector<int> all(static_cast<std::size_t>(world));
-    std::iota(all.begin(), all.end(), 0);
-    p.subgroups.push_back(all);
-    auto subgroup = [&](const std::vector<int>& ranks) -> std::size_t {
-        for (std::size_t i = 0; i < p.subgroups.size(); ++i)
-            if (p.subgroups[i] == ranks) return i;
-        p.subgroups.push_back(ranks);
-        return p.subgroups.size() - 1;
-    };
-    std::vector<std::size_t> node_group(nodes, 0), rail_group;
-    if (per_node || two_stage)
-        for (std::size_t m = 0; m < nodes; ++m) node_group[m] = subgroup(node_ranks[m]);
-    if (two_stage) {
-        for (std::size_t l = 0; l < node_ranks[0].size(); ++l) {
-            std::vector<int> rail;
-            for (const auto& ranks : node_ranks) rail.push_back(ranks[l]);
-            std::sort(rail.begin(), rail.end());
-            rail_group.push_back(subgroup(rail));
+    std::size_t nodes() const { return node_ranks.size(); }
+
+    topology(const group_plan_options& o, group_plan& p) {
+        const int world = o.world;
+        node.assign(static_cast<std::size_t>(world), 0);
+        if (o.layout) {
+            std::set<int> ids(o.layout->node_of_rank.begin(), o.layout->node_of_rank.end());
+            for (int id : ids) dense.emplace(id, dense.size());
+            for (int r = 0; r < world; ++r) node[r] = static_cast<int>(dense.at(o.layout->node_of_rank[r]));
+        }
+        node_ranks.resize(o.layout ? dense.size() : 1);
+        for (int r = 0; r < world; ++r) node_ranks[node[r]].push_back(r);
+        local.assign(static_cast<std::size_t>(world), 0);
+        for (const auto& ranks : node_ranks)
+            for (std::size_t i = 0; i < ranks.size(); ++i) local[ranks[i]] = static_cast<int>(i);
+        bool equal_nodes = std::all_of(node_ranks.begin(), node_ranks.end(),
+                                       [&](const auto& v) { return v.size() == node_ranks[0].size(); });
+        per_node = o.reads == replicated_reads::once_per_node && nodes() > 1;
+        two_stage = !per_node && nodes() > 1 && equal_nodes;
+
+        // Subgroups: 0 is the whole group; a rank set equal to it is subgroup 0.
+        auto subgroup = [&](const std::vector<int>& ranks) -> std::size_t {
+            for (std::size_t i = 0; i < p.subgroups.size(); ++i)
+                if (p.subgroups[i] == ranks) return i;
+            p.subgroups.push_back(ranks);
+            return p.subgroups.size() - 1;
+        };
+        node_group.assign(nodes(), 0);
+        if (per_node || two_stage)
+            for (std::size_t m = 0; m < nodes(); ++m) node_group[m] = subgroup(node_ranks[m]);
+        if (two_stage) {
+            for (std::size_t l = 0; l < node_ranks[0].size(); ++l) {
+                std::vector<int> rail;
+                for (const auto& ranks : node_ranks) rail.push_back(ranks[l]);
+                std::sort(rail.begin(), rail.end());
+                rail_group.push_back(subgroup(rail));
+            }
         }
     }
-    if (world == 1) {
-        p.collectives = "one rank: no collectives";
-    } else if (per_node) {
-        p.collectives = std::to_string(nodes) + " nodes, replicated bytes read once per node: each piece is broadcast "
-                        "from its reader within its node only";
-    } else if (two_stage) {
-        p.collectives = std::to_string(nodes) + " nodes of " + std::to_string(node_ranks[0].size()) +
-                        " ranks: each piece goes from its reader to the ranks of the same local index on the other "
-                        "nodes (one subgroup per local index), then from each of those to the rest of its node";
-    } else if (nodes > 1) {
-        std::string sizes;
-        for (const auto& v : node_ranks) sizes += (sizes.empty() ? "" : ", ") + std::to_string(v.size());
-        p.collectives = "nodes of unequal size (" + sizes + " ranks): each piece is broadcast from its reader to the "
-                        "whole group";
-    } else {
-        p.collectives = "one node: each piece is broadcast from its reader to the whole group";
+
+    std::string collectives(int world) const {
+        if (world == 1) return "one rank: no collectives";
+        if (per_node)
+            return std::to_string(nodes()) + " nodes, replicated bytes read once per node: each piece is broadcast "
+                                             "from its reader within its node only";
+        if (two_stage)
+            return std::to_string(nodes()) + " nodes of " + std::to_string(node_ranks[0].size()) +
+                   " ranks: each piece goes from its reader to the ranks of the same local index on the other "
+                   "nodes (one subgroup per local index), then from each of those to the rest of its node";
+        if (nodes() > 1) {
+            std::string sizes;
+            for (const auto& v : node_ranks) sizes += (sizes.empty() ? "" : ", ") + std::to_string(v.size());
+            return "nodes of unequal size (" + sizes + " ranks): each piece is broadcast from its reader to the "
+                   "whole group";
+        }
+        return "one node: each piece is broadcast from its reader to the whole group";
     }
 
-    // Sliced or replicated; each rank's slices seed its load.
-    std::vector<std::uint64_t> loads(static_cast<std::size_t>(world), 0);
+    /// The ranks that read a shard's replicated bytes: the ranks of the node the layout places
+    /// the file on, else every rank.
+    std::vector<int> readers_of(const group_plan_options& o, const std::string& path, const std::vector<int>& all) const {
+        if (!o.layout || per_node) return all;
+        auto it = o.layout->file_node.find(path);
+        if (it == o.layout->file_node.end()) it = o.layout->file_node.find(base_name(path));
+        if (it == o.layout->file_node.end()) return all;
+        auto d = dense.find(it->second);
+        return d == dense.end() ? all : node_ranks[d->second];
+    }
+
+    /// The broadcasts that complete a chunk: each piece from its reader to its node (per node),
+    /// to its rail and then from each rail member to its node (two stages), or to everyone.
+    void add_broadcasts(group_chunk& ch, int world) const {
+        std::vector<group_broadcast> relays;
+        for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
+            const group_piece& pc = ch.pieces[i];
+            if (pc.bytes == 0 || world == 1) continue;
+            int r = pc.reader;
+            if (per_node) {
+                if (node_ranks[node[r]].size() > 1) ch.broadcasts.push_back({i, r, node_group[node[r]], 0});
+            } else if (two_stage) {
+                ch.broadcasts.push_back({i, r, rail_group[local[r]], 0});
+                if (node_ranks[0].size() > 1)
+                    for (std::size_t m = 0; m < nodes(); ++m)
+                        relays.push_back({i, node_ranks[m][local[r]], node_group[m], 1});
+            } else {
+                ch.broadcasts.push_back({i, r, 0, 0});
+            }
+        }
+        ch.broadcasts.insert(ch.broadcasts.end(), relays.begin(), relays.end());
+    }
+};
+
+/// Splits the tensors the rules name among the ranks (each rank's slices seed its load) and
+/// lists the others as replicated.
+void assign_slices(const checkpoint& c, const group_plan_options& o, group_plan& p, std::vector<std::uint64_t>& loads) {
+    const int world = o.world;
     for (std::size_t idx : checkpoints::select(c, o.select)) {
         const checkpoint_tensor& t = c.tensors[idx];
         const tp_rule* rule = distributed::rule_for(o.tp, t.name);
@@ -304,6 +347,41 @@ group_plan plan_group(const checkpoint& c, const group_plan_options& o) {
             loads[r] += s.bytes;
         }
     }
+}
+
+/// Each rank's bytes read, sent, received and received from other nodes for one chunk.
+void count_traffic(const group_chunk& ch, const topology& tp, group_plan& p) {
+    for (const auto& pc : ch.pieces) p.ranks[pc.reader].replicated_bytes += pc.bytes;
+    for (const auto& b : ch.broadcasts) {
+        std::uint64_t bytes = ch.pieces[b.piece].bytes;
+        for (int m : p.subgroups[b.subgroup]) {
+            group_rank_plan& rp = p.ranks[m];
+            if (m == b.root) {
+                rp.bytes_sent += bytes;
+                continue;
+            }
+            rp.bytes_received += bytes;
+            if (tp.node[m] != tp.node[b.root]) rp.bytes_from_other_nodes += bytes;
+        }
+    }
+}
+
+}  // namespace
+
+group_plan plan_group(const checkpoint& c, const group_plan_options& o) {
+    check_options(o);
+    const int world = o.world;
+    group_plan p;
+    p.world = world;
+    p.ranks.resize(static_cast<std::size_t>(world));
+    std::vector<int> all(static_cast<std::size_t>(world));
+    std::iota(all.begin(), all.end(), 0);
+    p.subgroups.push_back(all);
+    const topology tp(o, p);
+    p.collectives = tp.collectives(world);
+
+    std::vector<std::uint64_t> loads(static_cast<std::size_t>(world), 0);
+    assign_slices(c, o, p, loads);
 
     // Replicated tensors per file, in file order (ties in name order).
     std::map<std::size_t, std::vector<std::size_t>> by_file;
@@ -311,57 +389,20 @@ group_plan plan_group(const checkpoint& c, const group_plan_options& o) {
     for (auto& [shard, entries] : by_file) {
         std::stable_sort(entries.begin(), entries.end(),
                          [&](std::size_t a, std::size_t b) { return c.tensors[a].offset < c.tensors[b].offset; });
-        std::vector<int> readers = all;
-        if (have_layout && !per_node) {
-            const std::string& path = c.shards[shard].path;
-            auto it = o.layout->file_node.find(path);
-            if (it == o.layout->file_node.end()) it = o.layout->file_node.find(base_name(path));
-            if (it != o.layout->file_node.end()) {
-                auto d = dense.find(it->second);
-                if (d != dense.end()) readers = node_ranks[d->second];
-            }
-        }
+        const std::vector<int> readers = tp.readers_of(o, c.shards[shard].path, all);
         for (const run& items : chunks_of(c, entries, o.chunk_bytes)) {
             group_chunk ch;
             ch.shard = shard;
             for (const auto& it : items) ch.bytes += item_bytes(c, it);
-            if (per_node) {
+            if (tp.per_node) {
                 ch.readers = all;
-                for (const auto& ranks : node_ranks) fill(c, items, ranks, loads, ch.pieces);
+                for (const auto& ranks : tp.node_ranks) fill(c, items, ranks, loads, ch.pieces);
             } else {
                 ch.readers = readers;
                 fill(c, items, readers, loads, ch.pieces);
             }
-            std::vector<group_broadcast> relays;
-            for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
-                const group_piece& pc = ch.pieces[i];
-                if (pc.bytes == 0 || world == 1) continue;
-                int r = pc.reader;
-                if (per_node) {
-                    if (node_ranks[node[r]].size() > 1) ch.broadcasts.push_back({i, r, node_group[node[r]], 0});
-                } else if (two_stage) {
-                    ch.broadcasts.push_back({i, r, rail_group[local[r]], 0});
-                    if (node_ranks[0].size() > 1)
-                        for (std::size_t m = 0; m < nodes; ++m)
-                            relays.push_back({i, node_ranks[m][local[r]], node_group[m], 1});
-                } else {
-                    ch.broadcasts.push_back({i, r, 0, 0});
-                }
-            }
-            ch.broadcasts.insert(ch.broadcasts.end(), relays.begin(), relays.end());
-            for (const auto& pc : ch.pieces) p.ranks[pc.reader].replicated_bytes += pc.bytes;
-            for (const auto& b : ch.broadcasts) {
-                std::uint64_t bytes = ch.pieces[b.piece].bytes;
-                for (int m : p.subgroups[b.subgroup]) {
-                    group_rank_plan& rp = p.ranks[m];
-                    if (m == b.root) {
-                        rp.bytes_sent += bytes;
-                        continue;
-                    }
-                    rp.bytes_received += bytes;
-                    if (node[m] != node[b.root]) rp.bytes_from_other_nodes += bytes;
-                }
-            }
+            tp.add_broadcasts(ch, world);
+            count_traffic(ch, tp, p);
             p.replicated_bytes += ch.bytes;
             p.chunks.push_back(std::move(ch));
         }
