@@ -40,30 +40,11 @@ std::string type_name(mode_t m) {
 /// never reads the file or changes what is cached).
 }  // namespace
 
-json probe_path(const std::string& path, const std::string& cufile_library) {
-    json j;
-    j["path"] = path;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-        j["exists"] = false;
-        j["error"] = errno_text(errno);
-        j["type"] = nullptr;
-        j["size_bytes"] = nullptr;
-        j["filesystem"] = nullptr;
-        j["block_device"] = nullptr;
-        j["udev"] = nullptr;
-        j["direct_io"] = nullptr;
-        j["page_cache"] = nullptr;
-        j["cufile_register"] = nullptr;
-        return j;
-    }
-    j["exists"] = true;
-    j["error"] = nullptr;
-    const bool is_dir = S_ISDIR(st.st_mode);
-    const bool is_file = S_ISREG(st.st_mode);
-    j["type"] = type_name(st.st_mode);
-    j["size_bytes"] = is_file ? json(static_cast<std::uint64_t>(st.st_size)) : json(nullptr);
+namespace {
 
+/// The file system holding `path`: its magic and name from statfs, then what mountinfo says
+/// of its mount (ext4 apart from ext2/3, options, ext4's data mode).
+json probe_filesystem(const std::string& path, const std::optional<mount_entry>& mount) {
     json fs;
     struct statfs sfs {};
     if (::statfs(path.c_str(), &sfs) == 0) {
@@ -76,7 +57,6 @@ json probe_path(const std::string& path, const std::string& cufile_library) {
         fs["magic"] = nullptr;
         fs["type"] = nullptr;
     }
-    auto mount = find_mount(path);
     if (mount) {
         fs["type"] = mount->fs_type;  // mountinfo names ext4 apart from ext2/3
         fs["mount_point"] = mount->mount_point;
@@ -94,10 +74,13 @@ json probe_path(const std::string& path, const std::string& cufile_library) {
         fs["mount_options"] = nullptr;
         fs["super_options"] = nullptr;
     }
-    j["filesystem"] = fs;
+    return fs;
+}
 
-    // Block device: the file system's device, or for file systems that report an anonymous
-    // device (btrfs), the block device named as the mount's source.
+/// The block device under the file system ("block_device", "udev"): the file system's device,
+/// or for file systems that report an anonymous device (btrfs), the block device named as the
+/// mount's source; its disk, block size, rotation and model from sysfs.
+void probe_block_device(const struct stat& st, const std::optional<mount_entry>& mount, json& j) {
     unsigned maj = ::major(st.st_dev), min = ::minor(st.st_dev);
     std::string from = "st_dev";
     if (maj == 0 && mount && mount->source.rfind("/dev/", 0) == 0) {
@@ -108,50 +91,44 @@ json probe_path(const std::string& path, const std::string& cufile_library) {
             from = "mount source";
         }
     }
-    if (maj != 0) {
-        json b;
-        std::string id = std::to_string(maj) + ":" + std::to_string(min);
-        b["device"] = id;
-        b["from"] = from;
-        std::string sys = "/sys/dev/block/" + id;
-        char target[4096];
-        ssize_t n = ::readlink(sys.c_str(), target, sizeof target - 1);
-        std::string name, disk;
-        if (n > 0) {
-            std::string t(target, static_cast<std::size_t>(n));
-            name = t.substr(t.rfind('/') + 1);
-            disk = name;
-            if (path_exists(sys + "/partition")) {
-                std::string parent = t.substr(0, t.rfind('/'));
-                disk = parent.substr(parent.rfind('/') + 1);
-            }
-        }
-        b["name"] = name.empty() ? json(nullptr) : json(name);
-        b["disk"] = disk.empty() ? json(nullptr) : json(disk);
-        std::string q = "/sys/block/" + disk + "/queue/";
-        auto lbs = disk.empty() ? std::nullopt : read_integer(q + "logical_block_size");
-        auto rot = disk.empty() ? std::nullopt : read_integer(q + "rotational");
-        auto model = disk.empty() ? std::nullopt : read_line("/sys/block/" + disk + "/device/model");
-        b["logical_block_size"] = lbs ? json(*lbs) : json(nullptr);
-        b["rotational"] = rot ? json(*rot != 0) : json(nullptr);
-        b["model"] = model && !model->empty() ? json(*model) : json(nullptr);
-        j["block_device"] = b;
-        j["udev"] = probe_udev_record(maj, min);
-    } else {
+    if (maj == 0) {
         j["block_device"] = nullptr;
         j["udev"] = nullptr;
+        return;
     }
-
-    if (is_file || is_dir) {
-        j["direct_io"] = probe_direct_io(path, is_dir);
-        j["page_cache"] = probe_page_cache(path, is_dir);
-    } else {
-        j["direct_io"] = nullptr;
-        j["page_cache"] = nullptr;
+    json b;
+    std::string id = std::to_string(maj) + ":" + std::to_string(min);
+    b["device"] = id;
+    b["from"] = from;
+    std::string sys = "/sys/dev/block/" + id;
+    char target[4096];
+    ssize_t n = ::readlink(sys.c_str(), target, sizeof target - 1);
+    std::string name, disk;
+    if (n > 0) {
+        std::string t(target, static_cast<std::size_t>(n));
+        name = t.substr(t.rfind('/') + 1);
+        disk = name;
+        if (path_exists(sys + "/partition")) {
+            std::string parent = t.substr(0, t.rfind('/'));
+            disk = parent.substr(parent.rfind('/') + 1);
+        }
     }
+    b["name"] = name.empty() ? json(nullptr) : json(name);
+    b["disk"] = disk.empty() ? json(nullptr) : json(disk);
+    std::string q = "/sys/block/" + disk + "/queue/";
+    auto lbs = disk.empty() ? std::nullopt : read_integer(q + "logical_block_size");
+    auto rot = disk.empty() ? std::nullopt : read_integer(q + "rotational");
+    auto model = disk.empty() ? std::nullopt : read_line("/sys/block/" + disk + "/device/model");
+    b["logical_block_size"] = lbs ? json(*lbs) : json(nullptr);
+    b["rotational"] = rot ? json(*rot != 0) : json(nullptr);
+    b["model"] = model && !model->empty() ? json(*model) : json(nullptr);
+    j["block_device"] = b;
+    j["udev"] = probe_udev_record(maj, min);
+}
 
-    // Registration is where cuFile checks the file system and volume (and where a missing udev
-    // record fails with 5027); try it where cuFile is up, on the file or a file in the directory.
+/// Registration is where cuFile checks the file system and volume (and where a missing udev
+/// record fails with 5027); tried where cuFile is up, on the file or a file in the directory.
+json probe_cufile_register(const std::string& path, bool is_file, bool is_dir, const std::string& cufile_library) {
     json reg;
     reg["attempted"] = false;
     const shim::cufile_state& cf = shim::cufile(cufile_library);
@@ -188,7 +165,35 @@ json probe_path(const std::string& path, const std::string& cufile_library) {
             reg["message"] = shim::cufile_status_string(h.status());
         }
     }
-    j["cufile_register"] = reg;
+    return reg;
+}
+
+}  // namespace
+
+json probe_path(const std::string& path, const std::string& cufile_library) {
+    json j;
+    j["path"] = path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        j["exists"] = false;
+        j["error"] = errno_text(errno);
+        for (const char* k : {"type", "size_bytes", "filesystem", "block_device", "udev", "direct_io", "page_cache",
+                              "cufile_register"})
+            j[k] = nullptr;
+        return j;
+    }
+    j["exists"] = true;
+    j["error"] = nullptr;
+    const bool is_dir = S_ISDIR(st.st_mode);
+    const bool is_file = S_ISREG(st.st_mode);
+    j["type"] = type_name(st.st_mode);
+    j["size_bytes"] = is_file ? json(static_cast<std::uint64_t>(st.st_size)) : json(nullptr);
+    auto mount = find_mount(path);
+    j["filesystem"] = probe_filesystem(path, mount);
+    probe_block_device(st, mount, j);
+    j["direct_io"] = is_file || is_dir ? probe_direct_io(path, is_dir) : json(nullptr);
+    j["page_cache"] = is_file || is_dir ? probe_page_cache(path, is_dir) : json(nullptr);
+    j["cufile_register"] = probe_cufile_register(path, is_file, is_dir, cufile_library);
     return j;
 }
 
