@@ -283,123 +283,150 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         raise UsageError("a gloo group moves host tensors here: use an NCCL group for the GPU")
     if replicated not in ("group", "node"):
         raise UsageError("replicated= is 'group' or 'node', not %r" % (replicated,))
-    as_type = None if dtype is None else dtype_text(dtype)[0]
-    g = _Group(torch, dist, group, dev, float(timeout))
-    rank, world = g.rank, g.world
-    srcs = _ck._sources(src)
-    rules = dict(tp or {})
+    load = _GroupLoad(torch, dist, _Group(torch, dist, group, dev, float(timeout)), backend,
+                      _ck._sources(src), dict(tp or {}), into, strict, route,
+                      None if dtype is None else dtype_text(dtype)[0])
+    load.open(tensors, layout, chunk_bytes, replicated)
+    load.run(progress)
+    stats = load.stats
+    stats["collective_seconds"] = load.g.collective_seconds
+    stats["seconds"] = time.perf_counter() - t_start
+    if into is not None:
+        return _ck.LoadResult(load.missing, load.unexpected, stats)
+    result = _ck.CheckpointTensors(sorted({**load.out, **load.sliced_result}.items()))
+    result.stats = stats
+    return result
 
-    def out_dtype(e: Any) -> str:
-        return e.dtype if as_type is None else _ferry.converted_dtype(e.dtype, as_type)
+
+class _GroupLoad:
+    """One group load on this rank, in its steps: open (headers, plan, destinations, then one
+    agreement that every rank is ready with the same plan), then run (each chunk read one chunk
+    ahead of its broadcasts, an agreement before each chunk's broadcasts, the slices last)."""
+
+    def __init__(self, torch: Any, dist: Any, g: _Group, backend: str, srcs: list, rules: dict,
+                 into: Any, strict: bool, route: str, as_type: Any):
+        self.torch, self.dist, self.g, self.backend = torch, dist, g, backend
+        self.dev = g.device
+        self.srcs, self.rules, self.into, self.strict, self.route = srcs, rules, into, strict, route
+        self.as_type = as_type
+        self.rank, self.world = g.rank, g.world
+        self.plan, self.opened, self.nodes = None, None, None
+        self.by_name: dict = {}
+        self.targets: dict = {}
+        self.missing: list = []
+        self.unexpected: list = []
+        self.out: dict = {}
+        self.sliced_result: dict = {}
+        self.stop = threading.Event()
+
+    def out_dtype(self, e: Any) -> str:
+        return e.dtype if self.as_type is None else _ferry.converted_dtype(e.dtype, self.as_type)
 
     # 1. open + plan + destinations, then one agreement: every rank ready, same plan
-    def destinations(plan: Any, by_name: dict) -> tuple:
+    def destinations(self) -> None:
         """The caller's tensors (into=) or fresh ones of the full shape, checked."""
-        targets: dict = {}
-        missing: list = []
-        unexpected: list = []
+        torch, plan, into = self.torch, self.plan, self.into
         if into is not None:
-            targets = _ck._targets(into)
+            self.targets = _ck._targets(into)
             names = set(plan.sliced) | set(plan.replicated)
-            missing = sorted(k for k in targets if k not in names)
-            unexpected = sorted(n for n in names if n not in targets)
-            if strict and (missing or unexpected):
+            self.missing = sorted(k for k in self.targets if k not in names)
+            self.unexpected = sorted(n for n in names if n not in self.targets)
+            if self.strict and (self.missing or self.unexpected):
                 raise UsageError("load_checkpoint(into=...): missing key(s) %s; unexpected key(s) "
-                                 "%s" % (missing[:20], unexpected[:20]))
-        out: dict = {}
+                                 "%s" % (self.missing[:20], self.unexpected[:20]))
         for name in plan.replicated:
-            e = by_name[name]
-            want = _torch_dtype(torch, out_dtype(e))
+            e = self.by_name[name]
+            want = _torch_dtype(torch, self.out_dtype(e))
             if into is None:
-                out[name] = torch.empty(e.shape, dtype=want, device=dev)
-            elif name in targets:
-                t = out[name] = targets[name]
+                self.out[name] = torch.empty(e.shape, dtype=want, device=self.dev)
+            elif name in self.targets:
+                t = self.out[name] = self.targets[name]
                 if (tuple(t.shape) != e.shape or t.dtype != want
-                        or not t.is_contiguous() or t.device != dev):
+                        or not t.is_contiguous() or t.device != self.dev):
                     raise UsageError("into[%r]: needs a contiguous %s tensor of shape %s on %s, "
-                                     "got %s %s on %s" % (name, out_dtype(e), e.shape, dev,
+                                     "got %s %s on %s" % (name, self.out_dtype(e), e.shape, self.dev,
                                                           t.dtype, tuple(t.shape), t.device))
-        return targets, missing, unexpected, out
 
-    err, plan, digest, entries = None, None, 0, []
-    opened = None
-    targets, missing, unexpected, out = {}, [], [], {}
-    try:
-        opened = _ferry.OpenCheckpoint(srcs)  # headers read once for every chunk's reads
-        info = _ck.info_checkpoint(srcs)
-        chosen = _chosen(srcs, info, tensors)
-        entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
-        plan = plan_group(entries, world, sliced=rules, layout=layout,
-                          chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * world,
-                          replicated=replicated)
-        by_name = {e.name: e for e in entries}
-        targets, missing, unexpected, out = destinations(plan, by_name)
-        loaded = sorted(out) + sorted(n for n in plan.sliced if into is None or n in targets)
-        digest = _digest(plan, entries, loaded, as_type) or 1
-    except Exception as e:  # reported to every rank by the agreement below
-        err = e
-    g.agree("open", err, srcs[0] if len(srcs) == 1 else ", ".join(srcs), digest)
-    nodes = list(layout.node_of_rank) if layout is not None else None
+    def open(self, tensors: Any, layout: Layout | None, chunk_bytes: int | None, replicated: str) -> None:
+        err, digest = None, 0
+        try:
+            self.opened = _ferry.OpenCheckpoint(self.srcs)  # headers read once for every chunk's reads
+            info = _ck.info_checkpoint(self.srcs)
+            chosen = _chosen(self.srcs, info, tensors)
+            entries = [e for e in _entries(info) if chosen is None or e.name in chosen]
+            self.plan = plan_group(entries, self.world, sliced=self.rules, layout=layout,
+                                   chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES * self.world,
+                                   replicated=replicated)
+            self.by_name = {e.name: e for e in entries}
+            self.destinations()
+            loaded = sorted(self.out) + sorted(n for n in self.plan.sliced
+                                               if self.into is None or n in self.targets)
+            digest = _digest(self.plan, entries, loaded, self.as_type) or 1
+        except Exception as e:  # reported to every rank by the agreement below
+            err = e
+        self.g.agree("open", err, self.srcs[0] if len(self.srcs) == 1 else ", ".join(self.srcs), digest)
+        self.nodes = list(layout.node_of_rank) if layout is not None else None
+        plan = self.plan
+        self.stats = {"rank": self.rank, "world": self.world, "backend": self.backend, "bytes_read": 0,
+                      "replicated_bytes_read": 0, "sliced_bytes_read": 0, "bytes_received": 0,
+                      "bytes_sent": 0, "read_seconds": 0.0, "requests": 0, "chunks": len(plan.chunks),
+                      "plan_read_bytes": list(plan.read_bytes),
+                      "replicated_bytes": plan.replicated_bytes, "bytes_from_other_nodes": 0,
+                      "subgroups": len(plan.subgroups), "collectives": plan.collectives}
 
-    def view(p: Any) -> Any:
-        t = out[p.name]
+    def view(self, p: Any) -> Any:
+        t = self.out[p.name]
         return t.narrow(p.dim, p.start, p.stop - p.start) if p.dim >= 0 else t
 
-    stats = {"rank": rank, "world": world, "backend": backend, "bytes_read": 0,
-             "replicated_bytes_read": 0, "sliced_bytes_read": 0, "bytes_received": 0,
-             "bytes_sent": 0, "read_seconds": 0.0, "requests": 0, "chunks": len(plan.chunks),
-             "plan_read_bytes": list(plan.read_bytes),
-             "replicated_bytes": plan.replicated_bytes, "bytes_from_other_nodes": 0,
-             "subgroups": len(plan.subgroups), "collectives": plan.collectives}
-    stop = threading.Event()
-
-    def read_chunk(i: int) -> int:
-        if stop.is_set():
+    def read_chunk(self, i: int) -> int:
+        """This rank's pieces of chunk i, straight into their destinations."""
+        if self.stop.is_set():
             return 0
         t0 = time.perf_counter()
-        mine = [p for p in plan.pieces_of(rank, i) if p.nbytes and p.name in out]
+        mine = [p for p in self.plan.pieces_of(self.rank, i) if p.nbytes and p.name in self.out]
         if not mine:
             return 0
-        into_pairs = [(p.name, _ck._destination(p.name, view(p))) for p in mine]
+        into_pairs = [(p.name, _ck._destination(p.name, self.view(p))) for p in mine]
         ranges = [(p.name, p.dim, p.start, p.stop) for p in mine
-                  if p.dim >= 0 and (p.start, p.stop) != (0, by_name[p.name].shape[p.dim])]
-        st = opened.load(ranges, into_pairs, route)
-        stats["read_seconds"] += time.perf_counter() - t0
-        stats["requests"] += st["requests"]
+                  if p.dim >= 0 and (p.start, p.stop) != (0, self.by_name[p.name].shape[p.dim])]
+        st = self.opened.load(ranges, into_pairs, self.route)
+        self.stats["read_seconds"] += time.perf_counter() - t0
+        self.stats["requests"] += st["requests"]
         return st["bytes_read"]
 
-    sliced_result: dict = {}
-
-    def read_slices() -> int:
-        if stop.is_set():
+    def read_slices(self) -> int:
+        """This rank's slices of the sliced tensors, one single-process load."""
+        if self.stop.is_set():
             return 0
-        names = [n for n in plan.sliced if into is None or n in targets]
+        torch, by_name = self.torch, self.by_name
+        names = [n for n in self.plan.sliced if self.into is None or n in self.targets]
         if not names:
             return 0
         t0 = time.perf_counter()
-        if into is not None:
-            dest = {n: targets[n] for n in names}
+        if self.into is not None:
+            dest = {n: self.targets[n] for n in names}
         else:  # fresh torch tensors of the slice shapes, filled in place
-            dest = {n: torch.empty(_slice_shape(by_name[n].shape, _rule_for(n, rules)),
-                                   dtype=_torch_dtype(torch, out_dtype(by_name[n])), device=dev)
+            dest = {n: torch.empty(_slice_shape(by_name[n].shape, _rule_for(n, self.rules)),
+                                   dtype=_torch_dtype(torch, self.out_dtype(by_name[n])), device=self.dev)
                     for n in names}
-            sliced_result.update(dest)
-        st = _ck.load_checkpoint(srcs, device=str(dev), tensors=names, slices=rules, into=dest,
-                                 route=route, dtype=as_type).stats
-        stats["read_seconds"] += time.perf_counter() - t0
-        stats["requests"] += st["requests"]
+            self.sliced_result.update(dest)
+        st = _ck.load_checkpoint(self.srcs, device=str(self.dev), tensors=names, slices=self.rules, into=dest,
+                                 route=self.route, dtype=self.as_type).stats
+        self.stats["read_seconds"] += time.perf_counter() - t0
+        self.stats["requests"] += st["requests"]
         return st["bytes_read"]
 
-    def post(chunk: Any, stage: int) -> list:
+    def post(self, chunk: Any, stage: int) -> list:
         """This rank's share of one stage of a chunk's broadcasts, posted asynchronously."""
         works = []
+        stats, rank, nodes = self.stats, self.rank, self.nodes
         for b in chunk.broadcasts:
-            pg = g.subs[b.subgroup]
+            pg = self.g.subs[b.subgroup]
             p = chunk.pieces[b.piece]
-            if b.stage != stage or pg is None or p.name not in out:
+            if b.stage != stage or pg is None or p.name not in self.out:
                 continue
-            buf = view(p).reshape(-1).view(torch.uint8)
-            works.append(dist.broadcast(buf, src=g.global_rank(b.root), group=pg, async_op=True))
+            buf = self.view(p).reshape(-1).view(self.torch.uint8)
+            works.append(self.dist.broadcast(buf, src=self.g.global_rank(b.root), group=pg, async_op=True))
             if b.root == rank:
                 stats["bytes_sent"] += buf.numel()
             else:
@@ -409,67 +436,62 @@ def load_group(src: Any, *, group: Any = None, tp: Any = None, device: Any = Non
         return works
 
     # 2-3. reads one chunk ahead of the broadcasts, an agreement before each chunk's broadcasts
-    try:
-        g.make_subgroups(plan.subgroups)
-    except Exception as e:
-        g.destroy_subgroups()
-        raise g._collective_error(e, "subgroups") from e
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-group-read")
-    n = len(plan.chunks)
-    futures = [pool.submit(read_chunk, 0)] if n else []
-    slices_future = None if n else pool.submit(read_slices)
-    pending: list = []
-    done_bytes = 0
-    try:
-        for i, chunk in enumerate(plan.chunks):
-            step = "chunk %d of %d (%s)" % (i, n, chunk.file)
+    def run(self, progress: Any) -> None:
+        g, plan, stats = self.g, self.plan, self.stats
+        try:
+            g.make_subgroups(plan.subgroups)
+        except Exception as e:
+            g.destroy_subgroups()
+            raise g._collective_error(e, "subgroups") from e
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-group-read")
+        n = len(plan.chunks)
+        futures = [pool.submit(self.read_chunk, 0)] if n else []
+        slices_future = None if n else pool.submit(self.read_slices)
+        pending: list = []
+        done_bytes = 0
+        try:
+            for i, chunk in enumerate(plan.chunks):
+                step = "chunk %d of %d (%s)" % (i, n, chunk.file)
+                err = None
+                try:
+                    got = futures[i].result()
+                    stats["bytes_read"] += got
+                    stats["replicated_bytes_read"] += got
+                except Exception as e:
+                    err = e
+                if err is None:  # read ahead: the next chunk (or the slices) while this one moves
+                    if i + 1 < n:
+                        futures.append(pool.submit(self.read_chunk, i + 1))
+                    else:
+                        slices_future = pool.submit(self.read_slices)
+                g.agree(step, err, chunk.file)
+                prev = pending
+                pending = self.post(chunk, 0)
+                if any(b.stage == 1 for b in chunk.broadcasts):
+                    for w in pending:  # a relay forwards within its node what stage 0 brought
+                        g.wait(w, "broadcast across nodes of chunk %d" % i)
+                    pending = self.post(chunk, 1)
+                for w in prev:  # at most two chunks' broadcasts in flight
+                    g.wait(w, "broadcast of chunk %d" % (i - 1))
+                done_bytes += chunk.nbytes
+                if progress is not None:
+                    progress(done_bytes, plan.replicated_bytes)
             err = None
             try:
-                got = futures[i].result()
+                got = slices_future.result() if slices_future is not None else 0
                 stats["bytes_read"] += got
-                stats["replicated_bytes_read"] += got
+                stats["sliced_bytes_read"] += got
             except Exception as e:
                 err = e
-            if err is None:  # read ahead: the next chunk (or the slices) while this one moves
-                if i + 1 < n:
-                    futures.append(pool.submit(read_chunk, i + 1))
-                else:
-                    slices_future = pool.submit(read_slices)
-            g.agree(step, err, chunk.file)
-            prev = pending
-            pending = post(chunk, 0)
-            if any(b.stage == 1 for b in chunk.broadcasts):
-                for w in pending:  # a relay forwards within its node what stage 0 brought
-                    g.wait(w, "broadcast across nodes of chunk %d" % i)
-                pending = post(chunk, 1)
-            for w in prev:  # at most two chunks' broadcasts in flight
-                g.wait(w, "broadcast of chunk %d" % (i - 1))
-            done_bytes += chunk.nbytes
-            if progress is not None:
-                progress(done_bytes, plan.replicated_bytes)
-        err = None
-        try:
-            got = slices_future.result() if slices_future is not None else 0
-            stats["bytes_read"] += got
-            stats["sliced_bytes_read"] += got
-        except Exception as e:
-            err = e
-        g.agree("slices", err, None)
-        for w in pending:
-            g.wait(w, "broadcast of chunk %d" % (n - 1))
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        g.destroy_subgroups()
-    stats["collective_seconds"] = g.collective_seconds
-    stats["seconds"] = time.perf_counter() - t_start
-    if into is not None:
-        return _ck.LoadResult(missing, unexpected, stats)
-    result = _ck.CheckpointTensors(sorted({**out, **sliced_result}.items()))
-    result.stats = stats
-    return result
+            g.agree("slices", err, None)
+            for w in pending:
+                g.wait(w, "broadcast of chunk %d" % (n - 1))
+            if self.dev.type == "cuda":
+                self.torch.cuda.synchronize(self.dev)
+        finally:
+            self.stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            g.destroy_subgroups()
 
 
 def load_group_call(src: Any, *, group: Any, tp: Any, like: Any, slices: Any, dtype: Any,
