@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <utility>
 
@@ -102,24 +103,29 @@ std::string describe(const std::exception_ptr& e) {
 
 }  // namespace
 
-checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& o) {
-    auto t0 = clock_type::now();
-    memory_budget& budget = memory_budget::global();
-    detailed_plan d = make_plan(c, o, budget.cap());
-    const auto& plans = d.plan.tensors;
-    auto& geo = d.tensors;
-    const std::size_t n = plans.size();
+namespace {
 
-    // The fresh block: tensors read in place keep file order, so a run of adjacent tensors of
-    // one shard is one range in the block and one read.
-    std::vector<std::uint64_t> at(n, 0);
+std::uint64_t up256(std::uint64_t x) { return (x + 255) / 256 * 256; }
+
+/// Where each fresh tensor lands in the one block of the load (`at`, an offset; tensors read
+/// into a caller's destination have none): tensors read in place keep file order, so a run of
+/// adjacent tensors of one shard is one range in the block and one read.
+struct block_layout {
+    std::vector<std::uint64_t> at;
+    array block;
+};
+
+block_layout lay_out_block(const std::vector<geometry>& geo, const checkpoint_load_options& o) {
+    const std::size_t n = geo.size();
+    block_layout b;
+    b.at.assign(n, 0);
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < n; ++i)
         if (!geo[i].into) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        bool sa = geo[a].staged, sb = geo[b].staged;
-        if (sa != sb) return sb;
-        return std::tie(geo[a].file, geo[a].offset) < std::tie(geo[b].file, geo[b].offset);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+        bool sx = geo[x].staged, sy = geo[y].staged;
+        if (sx != sy) return sy;
+        return std::tie(geo[x].file, geo[x].offset) < std::tie(geo[y].file, geo[y].offset);
     });
     std::uint64_t total = 0;
     std::size_t prev = SIZE_MAX;
@@ -127,58 +133,35 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         const geometry& g = geo[i];
         bool in_place_run = !g.staged && g.rows == 1 && prev != SIZE_MAX && geo[prev].file == g.file &&
                             geo[prev].offset + geo[prev].seg_bytes == g.offset;
-        at[i] = in_place_run ? total : align_like(total, g.staged ? 0 : g.offset);
-        total = at[i] + g.rows * g.out_seg_bytes;
+        b.at[i] = in_place_run ? total : align_like(total, g.staged ? 0 : g.offset);
+        total = b.at[i] + g.rows * g.out_seg_bytes;
         prev = (!g.staged && g.rows == 1) ? i : SIZE_MAX;
     }
-    array block;
-    if (!order.empty()) block = make_block(std::max<std::uint64_t>(total, 1), o);
-    auto dst_of = [&](std::size_t i) -> unsigned char* {
-        return geo[i].into ? static_cast<unsigned char*>(geo[i].into->data())
-                           : static_cast<unsigned char*>(block.data()) + at[i];
-    };
+    if (!order.empty()) b.block = make_block(std::max<std::uint64_t>(total, 1), o);
+    return b;
+}
 
-    // The tensors as returned: their places are fixed from here on, so a caller's
-    // while_reading can wrap them while the bytes arrive.
-    checkpoint_load out;
-    out.tensors.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const geometry& g = geo[i];
-        const tensor_plan& p = plans[i];
-        if (g.into)
-            out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
-        else
-            out.tensors.push_back({p.name, array(block.owner(), dst_of(i), p.type, p.shape, o.where,
-                                                 storage_order::c, byte_order::little)});
-    }
+/// The in-place reads of a load (whole tensors, slices, row segments and spans of tensors that
+/// need no conversion): gathers of the I/O scheduler, plain ranges merged where file ranges and
+/// destinations are both contiguous, cut into batches of one shard and about batch_bytes, each
+/// with the tensors it serves and the bytes it reads. Batches are submitted at once and awaited
+/// in order, so that progress moves and an I/O error names the tensors of its batch only (the
+/// lanes carry one batch right behind the other).
+struct direct_batches {
+    std::vector<std::vector<gather_request>> requests;
+    std::vector<std::vector<std::size_t>> tensors;
+    std::vector<std::uint64_t> bytes;
+};
 
-    range_reader reader(c.shards, o.where.on_gpu());
-
-    // Completion bookkeeping: a tensor is complete when none of its requests or pieces is left.
-    std::vector<std::uint64_t> left(n, 0);
-    std::vector<char> failed(n, 0);
-    std::exception_ptr first_error;
-    auto fail = [&](std::size_t t, const std::exception_ptr& e) {
-        failed[t] = 1;
-        if (!first_error) first_error = e;
-    };
-    std::uint64_t done_bytes = 0;
-    auto progress = [&](std::uint64_t b) {
-        done_bytes += b;
-        if (o.progress) o.progress(done_bytes, d.plan.bytes_read);
-    };
-
-    // In-place reads (whole tensors, slices, row segments and spans of tensors that need no
-    // conversion): gathers of the I/O scheduler, plain ranges merged where file ranges and
-    // destinations are both contiguous. Cut into batches of one shard and about batch_bytes,
-    // submitted at once and awaited in order, so that progress moves and an I/O error names
-    // the tensors of its batch only (the lanes carry one batch right behind the other).
+template <typename DstOf>
+direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const std::vector<geometry>& geo,
+                                  DstOf dst_of) {
     struct direct_req {
         gather_request g;
         std::size_t t;
     };
     std::vector<direct_req> direct;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < geo.size(); ++i) {
         const geometry& g = geo[i];
         if (g.staged || g.seg_bytes == 0) continue;
         unsigned char* dst = dst_of(i);
@@ -206,46 +189,291 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         merged_tensors.push_back({dr.t});
     }
     constexpr std::uint64_t batch_bytes = 512ull << 20;
-    std::vector<std::vector<gather_request>> direct_batches;
-    std::vector<std::vector<std::size_t>> batch_tensors;
-    std::vector<std::uint64_t> batch_read;
-    {
-        std::uint64_t in_batch = batch_bytes;
-        for (std::size_t k = 0; k < merged.size(); ++k) {
-            if (in_batch >= batch_bytes || (k > 0 && merged[k].file != merged[k - 1].file)) {
-                direct_batches.emplace_back();
-                batch_tensors.emplace_back();
-                batch_read.push_back(0);
-                in_batch = 0;
+    direct_batches out;
+    std::uint64_t in_batch = batch_bytes;
+    for (std::size_t k = 0; k < merged.size(); ++k) {
+        if (in_batch >= batch_bytes || (k > 0 && merged[k].file != merged[k - 1].file)) {
+            out.requests.emplace_back();
+            out.tensors.emplace_back();
+            out.bytes.push_back(0);
+            in_batch = 0;
+        }
+        out.requests.back().push_back(merged[k]);
+        for (std::size_t t : merged_tensors[k]) out.tensors.back().push_back(t);
+        out.bytes.back() += merged[k].bytes_read();
+        in_batch += merged[k].bytes_read();
+    }
+    return out;
+}
+
+/// Which tensors are complete, which failed, the first error and the bytes done: a tensor is
+/// complete when none of its requests or pieces is left.
+struct completion {
+    std::vector<std::uint64_t> left;
+    std::vector<char> failed;
+    std::exception_ptr first_error;
+    std::uint64_t done_bytes = 0;
+    std::uint64_t total_bytes = 0;
+    const std::function<void(std::uint64_t, std::uint64_t)>* report = nullptr;
+
+    void fail(std::size_t t, const std::exception_ptr& e) {
+        failed[t] = 1;
+        if (!first_error) first_error = e;
+    }
+    void progress(std::uint64_t b) {
+        done_bytes += b;
+        if (report && *report) (*report)(done_bytes, total_bytes);
+    }
+    /// The error naming how many tensors completed and the first that did not.
+    [[noreturn]] void throw_first_error(const std::string& source, const std::vector<tensor_plan>& plans) const {
+        const std::size_t n = plans.size();
+        std::vector<std::string> complete, incomplete;
+        for (std::size_t i = 0; i < n; ++i) (failed[i] || left[i] ? incomplete : complete).push_back(plans[i].name);
+        std::string what = source + ": I/O error after " + std::to_string(complete.size()) + " of " +
+                           std::to_string(n) + " tensors completed (first incomplete: '" +
+                           (incomplete.empty() ? std::string() : incomplete.front()) + "'): " + describe(first_error);
+        throw checkpoint_io_error(std::move(what), std::move(complete), std::move(incomplete));
+    }
+};
+
+/// The tensors that need a temporary (span + gather, GPU row segments, dtype conversion), in
+/// pieces of rows through one or two slots of temporaries held under the process-wide budget:
+/// the reads of one slot overlap the gather and conversion of the other, and the stream is
+/// synchronized once per slot reuse, never per tensor.
+class staged_pieces {
+public:
+    template <typename DstOf>
+    staged_pieces(const detailed_plan& d, const checkpoint_load_options& o, range_reader& reader, completion& done,
+                  DstOf dst_of)
+        : plans_(d.plan.tensors), geo_(d.tensors), o_(o), reader_(reader), done_(done), dst_of_(dst_of),
+          gpu_(o.where.on_gpu()) {
+        for (std::size_t i = 0; i < geo_.size(); ++i) {
+            const geometry& g = geo_[i];
+            if (!g.staged || g.seg_bytes == 0) continue;
+            for (std::uint64_t r0 = 0; r0 < g.rows; r0 += g.rows_per_piece) {
+                pieces_.push_back({i, r0, std::min(g.rows, r0 + g.rows_per_piece), 0, 0});
+                ++done_.left[i];
             }
-            direct_batches.back().push_back(merged[k]);
-            for (std::size_t t : merged_tensors[k]) batch_tensors.back().push_back(t);
-            batch_read.back() += merged[k].bytes_read();
-            in_batch += merged[k].bytes_read();
         }
     }
-    for (const auto& ts : batch_tensors)
-        for (std::size_t t : ts) ++left[t];
 
-    // Pieces through temporaries.
-    std::vector<piece> pieces;
+    /// Reads, gathers and converts every piece; returns the temporary memory held (host and
+    /// device) and the device part of it.
+    std::pair<std::uint64_t, std::uint64_t> run(const detailed_plan& d, memory_budget& budget) {
+        if (pieces_.empty()) return {0, 0};
+        size_slots(d, budget.cap());
+        budget_hold hold(budget, slots_ * (hs_ + ds_));  // waits while other loads hold the budget
+        staging_owner staging{take_staging(slots_ * hs_, gpu_), gpu_};
+        host_arena_ = &staging.a;
+        array dev_arena;
+        if (ds_ > 0) dev_arena = array(dtype::uint8, {static_cast<std::int64_t>(slots_ * ds_)}, o_.where);
+        dev_arena_ = &dev_arena;
+        batch_pieces();
+        inflight_.clear();
+        inflight_.resize(batches_.size());
+        for (std::size_t b = 0; b < batches_.size(); ++b) {
+            // One slot: the previous batch leaves it before this one reads into it. Two: the
+            // previous batch is placed while this one reads.
+            if (slots_ == 1 && b >= 1) finish(b - 1);
+            // The slot of batch b - slots is free once the work queued from it has run.
+            if (b >= slots_ && gpu_) kernels::synchronize(o_.stream, o_.where.device);
+            inflight_[b] = submit(b);
+            if (slots_ == 2 && b >= 1) finish(b - 1);
+        }
+        finish(batches_.size() - 1);
+        if (gpu_) kernels::synchronize(o_.stream, o_.where.device);
+        return {hold.bytes(), ds_ > 0 ? slots_ * ds_ : 0};
+    }
+
+private:
+    struct batch {
+        std::size_t first = 0, last = 0;
+    };
+
+    std::uint64_t host_bytes(const piece& p) const {
+        const geometry& g = geo_[p.t];
+        std::uint64_t rows = p.r1 - p.r0;
+        return plans_[p.t].route == read_route::span ? (rows - 1) * g.row_bytes + g.seg_bytes : rows * g.seg_bytes;
+    }
+    std::uint64_t dev_bytes(const piece& p) const {
+        const geometry& g = geo_[p.t];
+        return g.where.on_gpu() && plans_[p.t].convert ? (p.r1 - p.r0) * g.seg_bytes : 0;
+    }
+
+    /// Two slots of a piece pair's size where the budget has room, else one; one slot where
+    /// everything fits in it.
+    void size_slots(const detailed_plan& d, std::uint64_t cap) {
+        std::uint64_t need_host = 0, need_dev = 0;
+        for (const auto& p : pieces_) {
+            need_host += up256(host_bytes(p));
+            need_dev += up256(dev_bytes(p));
+        }
+        hs_ = up256(std::max(d.staging_piece, std::min(need_host, 2 * piece_target)));
+        ds_ = up256(std::max(d.device_piece, std::min(need_dev, 2 * piece_target)));
+        slots_ = 2;
+        if (2 * (hs_ + ds_) > cap) slots_ = 1;
+        if (slots_ == 1 && hs_ + ds_ > cap) {
+            hs_ = up256(d.staging_piece);
+            ds_ = up256(d.device_piece);
+        }
+        if (need_host + need_dev <= hs_ + ds_) slots_ = 1;  // everything fits in one slot
+    }
+
+    /// Batches: consecutive pieces that fit one slot, each piece at its offsets in the slot.
+    void batch_pieces() {
+        std::uint64_t h = 0, dv = 0;
+        for (std::size_t k = 0; k < pieces_.size(); ++k) {
+            std::uint64_t ph = up256(host_bytes(pieces_[k]));
+            std::uint64_t pd = up256(dev_bytes(pieces_[k]));
+            if (batches_.empty() || h + ph > hs_ || dv + pd > ds_) {
+                batches_.push_back({k, k});
+                h = dv = 0;
+            }
+            pieces_[k].host = h;
+            pieces_[k].dev = dv;
+            h += ph;
+            dv += pd;
+            batches_.back().last = k + 1;
+        }
+    }
+
+    unsigned char* host_slot(std::size_t b) const {
+        return static_cast<unsigned char*>(host_arena_->data()) + (b % slots_) * hs_;
+    }
+    unsigned char* dev_slot(std::size_t b) const {
+        return ds_ ? static_cast<unsigned char*>(dev_arena_->data()) + (b % slots_) * ds_ : nullptr;
+    }
+
+    /// Each piece is one request, in piece order: a span (one row) or its row segments.
+    range_batch submit(std::size_t b) {
+        std::vector<gather_request> reqs;
+        unsigned char* base = host_slot(b);
+        for (std::size_t k = batches_[b].first; k < batches_[b].last; ++k) {
+            const piece& p = pieces_[k];
+            const geometry& g = geo_[p.t];
+            const std::uint64_t at = g.offset + p.r0 * g.row_bytes;
+            if (plans_[p.t].route == read_route::segments)
+                reqs.push_back({g.file, at, p.r1 - p.r0, g.row_bytes, g.seg_bytes, base + p.host});
+            else
+                reqs.push_back({g.file, at, 1, host_bytes(p), host_bytes(p), base + p.host});
+        }
+        return reader_.submit_each(reqs);
+    }
+
+    /// Gathers and converts one piece from its slot into place.
+    void place(std::size_t b, const piece& p) {
+        const geometry& g = geo_[p.t];
+        const tensor_plan& tp = plans_[p.t];
+        std::uint64_t rows = p.r1 - p.r0;
+        std::size_t pitch = tp.route == read_route::span ? g.row_bytes : g.seg_bytes;
+        const unsigned char* src = host_slot(b) + p.host;
+        unsigned char* dst = dst_of_(p.t) + p.r0 * g.out_seg_bytes;
+        std::size_t from_item = size_of(g.from);
+        if (!g.where.on_gpu()) {
+            if (!tp.convert) {
+                if (pitch == g.seg_bytes) std::memcpy(dst, src, rows * g.seg_bytes);
+                else
+                    for (std::uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * g.seg_bytes, src + r * pitch, g.seg_bytes);
+            } else if (pitch == g.seg_bytes) {
+                host_kernels::convert(src, g.from, dst, g.to, rows * g.seg_bytes / from_item);
+            } else {
+                for (std::uint64_t r = 0; r < rows; ++r)
+                    host_kernels::convert(src + r * pitch, g.from, dst + r * g.out_seg_bytes, g.to,
+                                          g.seg_bytes / from_item);
+            }
+            return;
+        }
+        int dev = g.where.device;
+        if (!tp.convert) {
+            kernels::copy_2d(dst, g.seg_bytes, src, pitch, g.seg_bytes, rows, dev, o_.stream);
+        } else {
+            unsigned char* tmp = dev_slot(b) + p.dev;
+            kernels::copy_2d(tmp, g.seg_bytes, src, pitch, g.seg_bytes, rows, dev, o_.stream);
+            kernels::convert(tmp, g.from, dst, g.to, rows * g.seg_bytes / from_item, dev, o_.stream);
+        }
+    }
+
+    /// Waits for batch b's reads and places each piece that arrived whole.
+    void finish(std::size_t b) {
+        std::vector<std::exception_ptr> errs = inflight_[b].wait();
+        for (std::size_t k = batches_[b].first; k < batches_[b].last; ++k) {
+            const piece& p = pieces_[k];
+            std::exception_ptr e = errs[k - batches_[b].first];
+            if (e || done_.failed[p.t]) {
+                if (e) done_.fail(p.t, e);
+                continue;
+            }
+            try {
+                place(b, p);
+                --done_.left[p.t];
+                done_.progress(host_bytes(p));
+            } catch (...) {
+                done_.fail(p.t, std::current_exception());
+            }
+        }
+    }
+
+    const std::vector<tensor_plan>& plans_;
+    const std::vector<geometry>& geo_;
+    const checkpoint_load_options& o_;
+    range_reader& reader_;
+    completion& done_;
+    std::function<unsigned char*(std::size_t)> dst_of_;
+    const bool gpu_;
+    std::vector<piece> pieces_;
+    std::vector<batch> batches_;
+    std::vector<range_batch> inflight_;
+    std::uint64_t hs_ = 0, ds_ = 0;
+    std::size_t slots_ = 2;
+    const array* host_arena_ = nullptr;
+    const array* dev_arena_ = nullptr;
+};
+
+}  // namespace
+
+checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& o) {
+    auto t0 = clock_type::now();
+    memory_budget& budget = memory_budget::global();
+    detailed_plan d = make_plan(c, o, budget.cap());
+    const auto& plans = d.plan.tensors;
+    const auto& geo = d.tensors;
+    const std::size_t n = plans.size();
+
+    block_layout lay = lay_out_block(geo, o);
+    auto dst_of = [&](std::size_t i) -> unsigned char* {
+        return geo[i].into ? static_cast<unsigned char*>(geo[i].into->data())
+                           : static_cast<unsigned char*>(lay.block.data()) + lay.at[i];
+    };
+
+    // The tensors as returned: their places are fixed from here on, so a caller's
+    // while_reading can wrap them while the bytes arrive.
+    checkpoint_load out;
+    out.tensors.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
         const geometry& g = geo[i];
-        if (!g.staged || g.seg_bytes == 0) continue;
-        for (std::uint64_t r0 = 0; r0 < g.rows; r0 += g.rows_per_piece) {
-            pieces.push_back({i, r0, std::min(g.rows, r0 + g.rows_per_piece), 0, 0});
-            ++left[i];
-        }
+        const tensor_plan& p = plans[i];
+        if (g.into)
+            out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
+        else
+            out.tensors.push_back({p.name, array(lay.block.owner(), dst_of(i), p.type, p.shape, o.where,
+                                                 storage_order::c, byte_order::little)});
     }
 
-    double first_read = -1;
-    auto mark_first = [&] {
-        if (first_read < 0) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
-    };
-    mark_first();
+    range_reader reader(c.shards, o.where.on_gpu());
+    completion done;
+    done.left.assign(n, 0);
+    done.failed.assign(n, 0);
+    done.total_bytes = d.plan.bytes_read;
+    done.report = &o.progress;
+    const direct_batches direct = batch_direct_reads(plans, geo, dst_of);
+    for (const auto& ts : direct.tensors)
+        for (std::size_t t : ts) ++done.left[t];
+    staged_pieces staged(d, o, reader, done, dst_of);
+
+    const double first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
     std::vector<range_batch> direct_inflight;
-    direct_inflight.reserve(direct_batches.size());
-    for (const auto& b : direct_batches) direct_inflight.push_back(reader.submit(b));
+    direct_inflight.reserve(direct.requests.size());
+    for (const auto& b : direct.requests) direct_inflight.push_back(reader.submit(b));
     // The caller's work on the tensors' places overlaps these reads; its error waits until
     // every read has ended, since the reads land in memory the tensors own.
     std::exception_ptr caller_error;
@@ -256,170 +484,16 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
             caller_error = std::current_exception();
         }
     }
-
-    std::uint64_t hold_bytes = 0;
-    std::uint64_t device_temp = 0;
-    bool gpu = o.where.on_gpu();
-    if (!pieces.empty()) {
-        std::uint64_t need_host = 0, need_dev = 0;
-        auto host_bytes = [&](const piece& p) {
-            const geometry& g = geo[p.t];
-            std::uint64_t rows = p.r1 - p.r0;
-            return plans[p.t].route == read_route::span ? (rows - 1) * g.row_bytes + g.seg_bytes : rows * g.seg_bytes;
-        };
-        auto dev_bytes = [&](const piece& p) {
-            const geometry& g = geo[p.t];
-            return g.where.on_gpu() && plans[p.t].convert ? (p.r1 - p.r0) * g.seg_bytes : 0;
-        };
-        for (const auto& p : pieces) {
-            need_host += (host_bytes(p) + 255) / 256 * 256;
-            need_dev += (dev_bytes(p) + 255) / 256 * 256;
-        }
-        std::uint64_t cap = budget.cap();
-        auto up = [](std::uint64_t x) { return (x + 255) / 256 * 256; };
-        std::uint64_t hs = up(std::max(d.staging_piece, std::min(need_host, 2 * piece_target)));
-        std::uint64_t ds = up(std::max(d.device_piece, std::min(need_dev, 2 * piece_target)));
-        std::size_t slots = 2;
-        if (2 * (hs + ds) > cap) slots = 1;
-        if (slots == 1 && hs + ds > cap) {
-            hs = up(d.staging_piece);
-            ds = up(d.device_piece);
-        }
-        if (need_host + need_dev <= hs + ds) slots = 1;  // everything fits in one slot
-        budget_hold hold(budget, slots * (hs + ds));  // waits while other loads hold the budget
-        hold_bytes = hold.bytes();
-        staging_owner staging{take_staging(slots * hs, gpu), gpu};
-        const array& host_arena = staging.a;
-        array dev_arena;
-        if (ds > 0) dev_arena = array(dtype::uint8, {static_cast<std::int64_t>(slots * ds)}, o.where);
-        device_temp = ds > 0 ? slots * ds : 0;
-
-        // Batches: consecutive pieces that fit one slot.
-        struct batch {
-            std::size_t first = 0, last = 0;
-        };
-        std::vector<batch> batches;
-        {
-            std::uint64_t h = 0, dv = 0;
-            for (std::size_t k = 0; k < pieces.size(); ++k) {
-                std::uint64_t ph = (host_bytes(pieces[k]) + 255) / 256 * 256;
-                std::uint64_t pd = (dev_bytes(pieces[k]) + 255) / 256 * 256;
-                if (batches.empty() || h + ph > hs || dv + pd > ds) {
-                    batches.push_back({k, k});
-                    h = dv = 0;
-                }
-                pieces[k].host = h;
-                pieces[k].dev = dv;
-                h += ph;
-                dv += pd;
-                batches.back().last = k + 1;
-            }
-        }
-        auto host_slot = [&](std::size_t b) {
-            return static_cast<unsigned char*>(host_arena.data()) + (b % slots) * hs;
-        };
-        auto dev_slot = [&](std::size_t b) {
-            return ds ? static_cast<unsigned char*>(dev_arena.data()) + (b % slots) * ds : nullptr;
-        };
-        // Each piece is one request, in piece order: a span (one row) or its row segments.
-        auto submit = [&](std::size_t b) {
-            std::vector<gather_request> reqs;
-            unsigned char* base = host_slot(b);
-            for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
-                const piece& p = pieces[k];
-                const geometry& g = geo[p.t];
-                const std::uint64_t at = g.offset + p.r0 * g.row_bytes;
-                if (plans[p.t].route == read_route::segments)
-                    reqs.push_back({g.file, at, p.r1 - p.r0, g.row_bytes, g.seg_bytes, base + p.host});
-                else
-                    reqs.push_back({g.file, at, 1, host_bytes(p), host_bytes(p), base + p.host});
-            }
-            return reader.submit_each(reqs);
-        };
-        // Gather and convert one piece from its slot into place.
-        auto place = [&](std::size_t b, const piece& p) {
-            const geometry& g = geo[p.t];
-            const tensor_plan& tp = plans[p.t];
-            std::uint64_t rows = p.r1 - p.r0;
-            std::size_t pitch = tp.route == read_route::span ? g.row_bytes : g.seg_bytes;
-            const unsigned char* src = host_slot(b) + p.host;
-            unsigned char* dst = dst_of(p.t) + p.r0 * g.out_seg_bytes;
-            std::size_t from_item = size_of(g.from);
-            if (!g.where.on_gpu()) {
-                if (!tp.convert) {
-                    if (pitch == g.seg_bytes) std::memcpy(dst, src, rows * g.seg_bytes);
-                    else
-                        for (std::uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * g.seg_bytes, src + r * pitch, g.seg_bytes);
-                } else if (pitch == g.seg_bytes) {
-                    host_kernels::convert(src, g.from, dst, g.to, rows * g.seg_bytes / from_item);
-                } else {
-                    for (std::uint64_t r = 0; r < rows; ++r)
-                        host_kernels::convert(src + r * pitch, g.from, dst + r * g.out_seg_bytes, g.to,
-                                              g.seg_bytes / from_item);
-                }
-                return;
-            }
-            int dev = g.where.device;
-            if (!tp.convert) {
-                kernels::copy_2d(dst, g.seg_bytes, src, pitch, g.seg_bytes, rows, dev, o.stream);
-            } else {
-                unsigned char* tmp = dev_slot(b) + p.dev;
-                kernels::copy_2d(tmp, g.seg_bytes, src, pitch, g.seg_bytes, rows, dev, o.stream);
-                kernels::convert(tmp, g.from, dst, g.to, rows * g.seg_bytes / from_item, dev, o.stream);
-            }
-        };
-
-        std::vector<range_batch> inflight(batches.size());
-        auto finish = [&](std::size_t b) {
-            std::vector<std::exception_ptr> errs = inflight[b].wait();
-            for (std::size_t k = batches[b].first; k < batches[b].last; ++k) {
-                const piece& p = pieces[k];
-                std::exception_ptr e = errs[k - batches[b].first];
-                if (e || failed[p.t]) {
-                    if (e) fail(p.t, e);
-                    continue;
-                }
-                try {
-                    place(b, p);
-                    --left[p.t];
-                    progress(host_bytes(p));
-                } catch (...) {
-                    fail(p.t, std::current_exception());
-                }
-            }
-        };
-        for (std::size_t b = 0; b < batches.size(); ++b) {
-            // One slot: the previous batch leaves it before this one reads into it. Two: the
-            // previous batch is placed while this one reads.
-            if (slots == 1 && b >= 1) finish(b - 1);
-            // The slot of batch b - slots is free once the work queued from it has run.
-            if (b >= slots && gpu) kernels::synchronize(o.stream, o.where.device);
-            inflight[b] = submit(b);
-            if (slots == 2 && b >= 1) finish(b - 1);
-        }
-        finish(batches.size() - 1);
-        if (gpu) kernels::synchronize(o.stream, o.where.device);
-    }
-
+    const auto [hold_bytes, device_temp] = staged.run(d, budget);
     for (std::size_t b = 0; b < direct_inflight.size(); ++b) {
         std::vector<std::exception_ptr> errs = direct_inflight[b].wait([&](std::size_t) {
-            for (std::size_t t : batch_tensors[b]) --left[t];
-            progress(batch_read[b]);
+            for (std::size_t t : direct.tensors[b]) --done.left[t];
+            done.progress(direct.bytes[b]);
         });
         if (errs[0])
-            for (std::size_t t : batch_tensors[b]) fail(t, errs[0]);
+            for (std::size_t t : direct.tensors[b]) done.fail(t, errs[0]);
     }
-
-    if (first_error) {
-        std::vector<std::string> complete, incomplete;
-        for (std::size_t i = 0; i < n; ++i)
-            (failed[i] || left[i] ? incomplete : complete).push_back(plans[i].name);
-        std::string what = c.source + ": I/O error after " + std::to_string(complete.size()) + " of " +
-                           std::to_string(n) + " tensors completed (first incomplete: '" +
-                           (incomplete.empty() ? std::string() : incomplete.front()) + "'): " +
-                           describe(first_error);
-        throw checkpoint_io_error(std::move(what), std::move(complete), std::move(incomplete));
-    }
+    if (done.first_error) done.throw_first_error(c.source, plans);
     if (caller_error) std::rethrow_exception(caller_error);
 
     out.stats.bytes_read = reader.bytes_requested();
