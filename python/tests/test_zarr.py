@@ -278,7 +278,7 @@ def test_corrupt_inner_chunk_names_shard(tmp_path):
 
 def test_crc32c_segmented_arithmetic():
     import google_crc32c
-    from ferry import _zarr_kernels as K
+    from ferry.zarr import _kernels as K
 
     rng = np.random.default_rng(1)
     chunks = [
@@ -314,7 +314,7 @@ def _frames():
 
 def _mutations(name, raw, size):
     """(label, chunk bytes, decoded size, expected status or None for "anything but OK")."""
-    from ferry import _zarr_frames as F
+    from ferry.zarr import _frames as F
 
     yield "truncated to half", raw[: len(raw) // 2], size, None
     yield "one byte short", raw[:-1], size, None
@@ -360,7 +360,7 @@ def _zstd_block_header(raw, block):
 
 def test_frame_check_reference():
     import numcodecs
-    from ferry import _zarr_frames as F
+    from ferry.zarr import _frames as F
 
     for name, raw, size in _frames():
         assert F.check(name, raw, size) == F.OK, (name, len(raw), size)
@@ -399,7 +399,7 @@ def _compile_frame_check(tmp_path):
     import ctypes
     import shutil
 
-    from ferry import _zarr_frames as F
+    from ferry.zarr import _frames as F
 
     cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
     if cxx is None:
@@ -447,7 +447,7 @@ def _frame_cases():
 def test_frame_check_kernel_source_matches_reference(tmp_path):
     import ctypes
 
-    from ferry import _zarr_frames as F
+    from ferry.zarr import _frames as F
 
     lib = _compile_frame_check(tmp_path)
     if lib is None:
@@ -520,7 +520,7 @@ def test_gpu_reads_match_zarr(tmp_path, cupy, nvcomp, case):
 
 def test_gpu_crc32c_kernel(cupy):
     import google_crc32c
-    from ferry import _zarr_kernels as K
+    from ferry.zarr import _kernels as K
 
     rng = np.random.default_rng(2)
     host = [
@@ -576,8 +576,8 @@ def test_gpu_corrupt_chunks(tmp_path, cupy, nvcomp):
 
 
 def test_gpu_frame_check_kernel(cupy):
-    from ferry import _zarr_frames as F
-    from ferry import _zarr_kernels as K
+    from ferry.zarr import _frames as F
+    from ferry.zarr import _kernels as K
 
     cases = _frame_cases()
     for name in ("zstd", "gzip"):
@@ -674,7 +674,7 @@ def test_many_chunks_read_in_place_in_one_plan(tmp_path):
 
 
 def test_contiguous_region_agrees_with_numpy():
-    from ferry._zarr_pipeline import _contiguous_region
+    from ferry.zarr._pipeline import _contiguous_region
 
     rng = np.random.default_rng(5)
     for _ in range(400):
@@ -697,7 +697,7 @@ def test_contiguous_region_agrees_with_numpy():
 
 
 def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
-    from ferry import _zarr_kernels as K
+    from ferry.zarr import _kernels as K
 
     ref = _write(tmp_path / "a.zarr", dtype="float32", compressor=ZstdCodec(level=1))
     monkeypatch.setattr(K, "_nvcomp", None)

@@ -9,7 +9,7 @@ GPU pieces:
   ``nvidia.nvcomp``, imported on first use, RAW bitstreams: the standard zstd frame and gzip
   member formats that numcodecs writes). Without nvCOMP, or for a chunk nvCOMP refuses, ferry
   decodes on the host instead: said once as a warning, and counted in ``stats()``. Every
-  chunk's frame is checked first (_zarr_frames: one kernel, a thread per chunk), since nvCOMP
+  chunk's frame is checked first (_frames: one kernel, a thread per chunk), since nvCOMP
   assumes well-formed input; a chunk that fails is decoded on the host, never by nvCOMP.
 - crc32c: a two-kernel CRC (each 4 KiB segment of every chunk on its own thread, then one thread
   per chunk folds the segment CRCs with a precomputed "advance by 4 KiB of zeros" operator), so a
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _zarr_frames as frames
-from ._errors import ChunkError
+from . import _frames as frames
+from .._errors import ChunkError
 
 
 @dataclass
@@ -309,7 +309,7 @@ def decompress(name: str, batch: Batch, size: int) -> Batch:
 
 
 def frame_status(name: str, batch: Batch, size: int) -> np.ndarray:
-    """The framing check of _zarr_frames for every chunk of the batch, each to decode to
+    """The framing check of _frames for every chunk of the batch, each to decode to
     `size` bytes: an int32 numpy array, 0 where the chunk may go to nvCOMP. On the GPU one
     kernel (a thread per chunk) reads the chunks where they lie; on the host, or where the
     kernel does not compile, the Python reference does (on host copies)."""

@@ -26,11 +26,11 @@ from typing import Any
 
 from zarr.registry import register_pipeline
 
-from ._zarr_kernels import nvcomp_unavailable_reason
-from ._zarr_kernels import reset_stats as _reset_stats
-from ._zarr_kernels import stats as _stats
-from ._zarr_pipeline import CodecPipeline
-from ._zarr_store import Store
+from ._kernels import nvcomp_unavailable_reason
+from ._kernels import reset_stats as _reset_stats
+from ._kernels import stats as _stats
+from ._pipeline import CodecPipeline
+from ._store import Store
 
 __all__ = ["CodecPipeline", "Store", "enable", "nvcomp_unavailable_reason", "reset_stats", "stats"]
 

@@ -38,9 +38,9 @@ from zarr.abc.store import (
     Store as _ZarrStore,
 )
 
-from . import _ferry
-from ._convert import optional_module
-from ._errors import RemoteError, UsageError, _file_error_class
+from .. import _ferry
+from .._convert import optional_module
+from .._errors import RemoteError, UsageError, _file_error_class
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -294,7 +294,7 @@ class Store(_ZarrStore):
                     continue
                 if req.into is not None:
                     if int(req.into.nbytes) != span[1] - span[0]:
-                        from ._zarr_kernels import chunk_error
+                        from ._kernels import chunk_error
 
                         raise chunk_error(
                             req.key,
@@ -601,7 +601,7 @@ def _is_metadata(key: str) -> bool:
 
 
 def _count(name: str, n: int = 1) -> None:
-    from ._zarr_kernels import count
+    from ._kernels import count
 
     count(name, n)
 

@@ -39,8 +39,8 @@ from zarr.core.array_spec import ArraySpec
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr.storage import StorePath
 
-from . import _zarr_kernels as K
-from ._zarr_store import DeviceRange, ReadRequest, Store, check_gpu_buffers, is_gpu_prototype
+from . import _kernels as K
+from ._store import DeviceRange, ReadRequest, Store, check_gpu_buffers, is_gpu_prototype
 
 if TYPE_CHECKING:
     from zarr.core.buffer import Buffer, NDBuffer
