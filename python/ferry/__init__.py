@@ -23,7 +23,6 @@ from ._checkpoint import (
     Split,
     checkpoint_memory_budget,
     info_checkpoint,
-    load_checkpoint,
     save_checkpoint,
     set_checkpoint_memory_budget,
     split,
@@ -31,7 +30,7 @@ from ._checkpoint import (
 )
 from ._distributed import GroupLoadError, GroupTimeoutError
 from ._group_plan import Layout
-from ._api import doctor, fromfile, info, load, reset_stats, save, stats, tofile
+from ._api import doctor, fromfile, info, load, load_checkpoint, reset_stats, save, stats, tofile
 from ._errors import (
     CheckpointError,
     CheckpointIOError,

@@ -288,34 +288,9 @@ def _progress(progress: Any, total_hint: int) -> Any:
 
 def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: Any = None,
                     slices: Any = None, into: Any = None, strict: bool = True, dtype: Any = None,
-                    progress: Any = None, route: str = "auto", group: Any = None, tp: Any = None,
-                    **group_options: Any):
-    """Loads a checkpoint (a folder with model.safetensors.index.json, the index, a glob, a list
-    of files, or one file; or a URL: ``s3://bucket/prefix/``, ``https://host/path/``, an index
-    URL, one object) in one plan over every shard.
-
-    ``tensors`` selects: exact names (a list), a glob, a compiled regex, or a callable on the
-    name. ``slices`` maps a name or glob to ``(dim, start, stop)`` or ``ferry.split(dim, parts,
-    part)`` (see :func:`tensor_parallel`); only those bytes are read. ``dtype`` converts
-    floating-point tensors (on the GPU for GPU loads).
-
-    Without ``into`` returns a dict name -> array (``like``'s library on ``device``, as
-    :func:`ferry.load`), with ``.stats``. With ``into`` (a dict name -> array/tensor, or a
-    ``torch.nn.Module`` whose ``state_dict`` names are matched) the bytes land in those tensors,
-    no second copy; shapes, dtypes and devices are checked before any byte moves; ``strict``
-    raises on missing or unexpected keys as ``load_state_dict`` does. Returns
-    ``LoadResult(missing_keys, unexpected_keys, stats)``.
-
-    With ``group`` (a torch.distributed process group) every rank of the group loads the
-    checkpoint together: ``tp`` (this rank's tensor-parallel rules) names the tensors each rank
-    reads only its slice of; the others are read once across the group and completed by
-    collectives. See ferry._distributed.load_group and docs/distributed.md.
-    """
-    if group is not None or tp is not None or group_options:
-        from ._distributed import load_group_call
-        return load_group_call(src, group=group, tp=tp, device=device, like=like, tensors=tensors,
-                               slices=slices, into=into, strict=strict, dtype=dtype,
-                               progress=progress, route=route, **group_options)
+                    progress: Any = None, route: str = "auto"):
+    """A checkpoint loaded by this process alone: ferry.load_checkpoint without a group (see its
+    docstring in ferry._api)."""
     srcs = _sources(src)
     kind, patterns = _selection(srcs, tensors)
     sl = _slices(slices)
