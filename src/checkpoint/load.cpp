@@ -459,7 +459,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                                                  storage_order::c, byte_order::little)});
     }
 
-    range_reader reader(c.shards, o.where.on_gpu());
+    range_reader reader(c.shards, o.where);
     completion done;
     done.left.assign(n, 0);
     done.failed.assign(n, 0);

@@ -18,8 +18,8 @@ constexpr std::size_t max_parallel_opens = 16;
 
 }  // namespace
 
-range_reader::range_reader(const std::vector<checkpoint_shard>& shards, bool to_gpu)
-    : to_gpu_(to_gpu), staged_(shards.size()) {
+range_reader::range_reader(const std::vector<checkpoint_shard>& shards, placement where)
+    : to_gpu_(where.on_gpu()), staged_(shards.size()) {
     files_.resize(shards.size());
     auto open_one = [&](std::size_t i) {
         const checkpoint_shard& sh = shards[i];

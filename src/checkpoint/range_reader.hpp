@@ -61,11 +61,11 @@ public:
     /// Opens the shards (remote ones side by side: each open is a round trip). Throws
     /// checkpoint_error when a remote shard's size or version is no longer what
     /// open_checkpoint saw.
-    /// With `to_gpu`, each shard's plain ranges go where the planner sends a large read of
-    /// it into GPU memory: asked once per shard, at its first request (the residency probe),
-    /// so that a shard mostly out of the page cache, or remote, is read by the workers' own
-    /// staged streams while a cached one rides the lanes with the rest of its batch.
-    explicit range_reader(const std::vector<checkpoint_shard>& shards, bool to_gpu = false);
+    /// Into GPU memory (`where` on a GPU), each shard's plain ranges go where the planner sends
+    /// a large read of it into GPU memory: asked once per shard, at its first request (the
+    /// residency probe), so that a shard mostly out of the page cache, or remote, is read by the
+    /// workers' own staged streams while a cached one rides the lanes with the rest of its batch.
+    explicit range_reader(const std::vector<checkpoint_shard>& shards, placement where = placement::host());
     /// Closes the files. Batches must have been waited for (they wait on destruction).
     ~range_reader();
     /// Starts every request at once, each on its own (its wait() reports one error per
