@@ -297,6 +297,47 @@ def test_results_are_wrapped_while_the_reads_run(ckpt):
     assert all(got[k].tobytes() == v.tobytes() for k, v in ref.items())
 
 
+def test_host_loads_are_numpy_views_of_one_block(tmp_path):
+    """Into host memory for numpy, the binding returns places in the load's block and the
+    tensors become numpy views of it: byte-exact for every dtype (scalars, empty tensors, a
+    dtype numpy needs ml_dtypes for), one block behind them all, writable, and alive after
+    the block's other views are gone."""
+    from ferry import _ferry
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(3)
+    sd = {"f32": rng.standard_normal((3, 5), dtype=np.float32), "i64": np.arange(7, dtype=np.int64),
+          "b": np.array([True, False, True]), "scalar": np.array(2.5, dtype=np.float64),
+          "empty": np.zeros((0, 4), dtype=np.float16), "u8": np.arange(9, dtype=np.uint8).reshape(3, 3),
+          "f16": rng.standard_normal(11).astype(np.float16)}
+    ml = importlib.util.find_spec("ml_dtypes")
+    if ml is not None:
+        import ml_dtypes
+        sd["bf16"] = rng.standard_normal(6).astype(ml_dtypes.bfloat16)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    got = ferry.load_checkpoint(str(tmp_path / "model.safetensors"))
+    assert sorted(got) == sorted(sd)
+    for k, v in sd.items():
+        assert isinstance(got[k], np.ndarray), k
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert got[k].tobytes() == v.tobytes(), k
+    bases = {id(np.asarray(got[k]).base) for k in sd if got[k].size}
+    assert len(bases) == 1  # every tensor a view of the one block
+    got["f32"][0, 0] = 42.0
+    assert got["f32"][0, 0] == 42.0
+    keep = got["i64"]
+    del got
+    assert keep.tobytes() == sd["i64"].tobytes()
+    # the binding's form: (block, entries), a dtype views() refuses as an Array
+    (block, entries), stats = _ferry.load_checkpoint([str(tmp_path / "model.safetensors")],
+                                                     views=lambda d: d != "int64")
+    assert block.nbytes >= sum(v.nbytes for v in sd.values())
+    by_name = {e[0]: e for e in entries}
+    assert len(by_name["i64"]) == 2 and isinstance(by_name["i64"][1], _ferry.Array)
+    assert by_name["empty"][3] == -1 and by_name["scalar"][2] == ()
+    assert by_name["f32"][1:3] == ("float32", (3, 5))
+
+
 def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
     sd = _state(1)
     folder = str(tmp_path / "out")
