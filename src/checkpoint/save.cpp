@@ -73,6 +73,9 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         return written;
     }
     nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    // Appended, not looked up (names are unique, checked above): an ordered object finds a key
+    // by walking its entries, quadratic in the tensors of a checkpoint.
+    auto& map_entries = weight_map.get_ref<nlohmann::ordered_json::object_t&>();
     std::uint64_t total = 0;
     for (std::size_t k = 0; k < shards.size(); ++k) {
         char name[64];
@@ -81,7 +84,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         save_safetensors(p, shards[k], shard_meta);
         written.push_back(p);
         for (const auto& t : shards[k]) {
-            weight_map[t.name] = name;
+            map_entries.emplace_back(t.name, name);
             total += t.value.nbytes();
         }
     }

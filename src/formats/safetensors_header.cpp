@@ -327,10 +327,15 @@ safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entr
     safetensors_layout out;
     out.offsets.resize(entries.size());
     nlohmann::ordered_json root = nlohmann::ordered_json::object();
+    // Keys are appended, not looked up: an ordered object finds a key by walking its entries,
+    // which made a header of 100,000 tensors cost seconds. The caller has refused duplicate
+    // names and '__metadata__' as a tensor's.
+    auto& keys = root.get_ref<nlohmann::ordered_json::object_t&>();
+    keys.reserve(entries.size() + 1);
     if (!metadata.empty()) {
         nlohmann::ordered_json m = nlohmann::ordered_json::object();
         for (const auto& [k, v] : metadata) m[k] = v;
-        root["__metadata__"] = std::move(m);
+        keys.emplace_back("__metadata__", std::move(m));
     }
     std::uint64_t offset = 0;
     for (std::size_t i : order) {
@@ -344,7 +349,7 @@ safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entr
         t["dtype"] = std::string(*name);
         t["shape"] = e.shape;
         t["data_offsets"] = {offset, offset + e.bytes};
-        root[e.name] = std::move(t);
+        keys.emplace_back(e.name, std::move(t));
         offset += e.bytes;
     }
     out.data_bytes = offset;
