@@ -53,11 +53,25 @@ def ml_dtypes():
     return optional_module("ml_dtypes")
 
 
+_NUMPY_DTYPE_TEXT: dict = {}
+
+
 def dtype_text(dtype: Any) -> tuple[str, int]:
     """What ferry's parser takes for `dtype` ('<f4', '|b1', 'bfloat16'), and the item size.
 
     Accepts what numpy accepts (np.float32, 'f4', '>i8', float), ferry's names ('bfloat16',
-    'float8_e4m3fn'), ml_dtypes types and torch dtypes."""
+    'float8_e4m3fn'), ml_dtypes types and torch dtypes. A numpy dtype's answer is remembered:
+    every array handed to ferry asks it, and working it out took 7.6 us, most of a save of
+    100,000 small arrays."""
+    if isinstance(dtype, np.dtype):
+        hit = _NUMPY_DTYPE_TEXT.get(dtype)
+        if hit is None:
+            hit = _NUMPY_DTYPE_TEXT[dtype] = _dtype_text(dtype)
+        return hit
+    return _dtype_text(dtype)
+
+
+def _dtype_text(dtype: Any) -> tuple[str, int]:
     if dtype is None:
         dtype = float
     if isinstance(dtype, str) and dtype in _EXTENDED:
