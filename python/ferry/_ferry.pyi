@@ -158,7 +158,9 @@ def load_checkpoint(
     progress: Any = None,
     allocate: Any = None,
     convert: Any = None,
-) -> tuple[list[tuple[str, Any]], dict[str, Any]]: ...
+    prepare: Any = None,
+    views: Any = None,
+) -> tuple[Any, dict[str, Any]]: ...
 def save_checkpoint(
     folder: str, arrays: Sequence[tuple[str, Array]], max_shard_size: int,
     metadata: dict[str, str] = ...,
