@@ -167,6 +167,19 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
         x->to_consumer = ok && static_cast<bool>(x->request->consume);
         x->to_sink = ok && !x->to_consumer && x->request->sink != nullptr;
     }
+    std::size_t taken = n;  // what curl is told was handled
+    if ((x->to_consumer || x->to_sink) && r.skipped < x->request->skip) {
+        std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(n, x->request->skip - r.skipped));
+        r.skipped += drop;
+        data += drop;
+        n -= drop;
+        if (n == 0) return taken;
+    }
+    if ((x->to_consumer || x->to_sink) && x->request->end_when_full && n > x->request->sink_capacity - r.received) {
+        n = x->request->sink_capacity - r.received;
+        r.ended_full = true;
+        taken = 0;  // ends the transfer once these bytes are stored
+    }
     if (x->to_consumer) {
         if (n > x->request->sink_capacity - r.received) {
             r.refused = "the server sent more bytes than the range holds";
@@ -181,7 +194,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
             return 0;
         }
         r.received += n;
-        return n;
+        return taken;
     }
     if (x->to_sink) {
         if (n > x->request->sink_capacity - r.received) {
@@ -190,7 +203,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
         }
         std::memcpy(x->request->sink + r.received, data, n);
         r.received += n;
-        return n;
+        return taken;
     }
     std::size_t keep = std::min(n, max_error_body - std::min(max_error_body, r.body.size()));
     if (r.status >= 200 && r.status < 300) keep = n;  // a body the caller asked for, no cap
@@ -324,7 +337,7 @@ http_response http_client::perform(const http_request& request, const http_auth&
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     response.status = static_cast<int>(status);
-    if (!response.refused.empty() && rc == CURLE_WRITE_ERROR) rc = CURLE_OK;  // our own abort
+    if ((!response.refused.empty() || response.ended_full) && rc == CURLE_WRITE_ERROR) rc = CURLE_OK;  // our own abort
     response.curl_code = rc;
     if (rc != CURLE_OK) response.curl_error = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
     // Secrets must not linger in a pooled handle's options.
