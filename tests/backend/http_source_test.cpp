@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "backend/remote_servers.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
+#include "ferry/stop.hpp"
 
 namespace ferry::test {
 namespace {
@@ -321,6 +323,46 @@ TEST_F(fault_test, a_server_that_ignores_ranges_is_read_with_plain_gets) {
     EXPECT_EQ(read_all(*src, size_ - 5000, 5000), pattern(5000, size_ - 5000, 3));
     expect_whole(*src);
     EXPECT_EQ(dynamic_cast<http_source&>(*src).retries(), 0u);
+}
+
+// ferry::stop_scope: a slow transfer and the retries against a dead server end soon after the
+// stop is asked for, with interrupted_error, and the source reads again afterwards.
+template <class F>
+double seconds_until_stopped(F&& work, std::chrono::milliseconds ask_after) {
+    stop_source stop;
+    std::atomic<double> stopped_after{-1};
+    std::string message;
+    std::thread t([&] {
+        stop_scope scope(stop);
+        try {
+            work();
+        } catch (const interrupted_error& e) {
+            message = e.what();
+        }
+    });
+    std::this_thread::sleep_for(ask_after);
+    auto asked = std::chrono::steady_clock::now();
+    stop.request_stop();
+    t.join();
+    EXPECT_NE(message.find("interrupted"), std::string::npos) << message;
+    EXPECT_EQ(message.find("s3cr3t"), std::string::npos) << message;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+}
+
+TEST_F(fault_test, a_stop_ends_a_slow_read_within_100_ms) {
+    // 64 KiB/s: the object takes 16 s.
+    auto src = open(url("/slow/65536") + "?sig=s3cr3t");
+    double took = seconds_until_stopped([&] { read_all(*src, 0, size_); }, std::chrono::milliseconds(300));
+    EXPECT_LT(took, 0.1);
+    EXPECT_EQ(read_all(*src, 0, 1000), pattern(1000, 0, 3));  // still usable
+}
+
+TEST(http_source, a_stop_ends_the_retries_against_a_dead_server) {
+    settings s = quick_settings();
+    s.remote_retry_delay_ms = 1000;  // backoffs of up to seconds
+    std::string dead = "http://127.0.0.1:" + std::to_string(free_port()) + "/x";
+    double took = seconds_until_stopped([&] { open(dead, s); }, std::chrono::milliseconds(300));
+    EXPECT_LT(took, 0.1);
 }
 
 // python3 -m http.server: no Range support and no "Accept-Ranges" (as many simple object

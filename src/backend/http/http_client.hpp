@@ -107,6 +107,8 @@ public:
     http_client(const http_client&) = delete;
     http_client& operator=(const http_client&) = delete;
 
+    /// One exchange. Throws interrupted_error when this thread's stop flag (ferry::stop_scope)
+    /// asks, looking at it every 20 ms while the exchange waits.
     http_response perform(const http_request& request, const http_auth& auth);
 
 private:
@@ -114,7 +116,8 @@ private:
 };
 
 /// Sleeps the backoff before retry number `attempt` (0-based): full jitter over
-/// [0, min(20 s, first_delay * 2^attempt)].
+/// [0, min(20 s, first_delay * 2^attempt)]. Throws interrupted_error when this thread's stop flag
+/// asks meanwhile.
 void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms);
 
 }  // namespace ferry::detail
