@@ -328,7 +328,7 @@ TEST_F(fault_test, a_server_that_ignores_ranges_is_read_with_plain_gets) {
 // ferry::stop_scope: a slow transfer and the retries against a dead server end soon after the
 // stop is asked for, with interrupted_error, and the source reads again afterwards.
 template <class F>
-double seconds_until_stopped(F&& work, std::chrono::milliseconds ask_after) {
+double seconds_until_stopped(F&& work, std::chrono::milliseconds ask_after, std::string* said = nullptr) {
     stop_source stop;
     std::atomic<double> stopped_after{-1};
     std::string message;
@@ -346,6 +346,7 @@ double seconds_until_stopped(F&& work, std::chrono::milliseconds ask_after) {
     t.join();
     EXPECT_NE(message.find("interrupted"), std::string::npos) << message;
     EXPECT_EQ(message.find("s3cr3t"), std::string::npos) << message;
+    if (said) *said = message;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
 }
 
@@ -360,9 +361,11 @@ TEST_F(fault_test, a_stop_ends_a_slow_read_within_100_ms) {
 TEST(http_source, a_stop_ends_the_retries_against_a_dead_server) {
     settings s = quick_settings();
     s.remote_retry_delay_ms = 1000;  // backoffs of up to seconds
-    std::string dead = "http://127.0.0.1:" + std::to_string(free_port()) + "/x";
-    double took = seconds_until_stopped([&] { open(dead, s); }, std::chrono::milliseconds(300));
+    std::string dead = "http://127.0.0.1:" + std::to_string(free_port()) + "/x?sig=s3cr3t";
+    std::string said;
+    double took = seconds_until_stopped([&] { open(dead, s); }, std::chrono::milliseconds(300), &said);
     EXPECT_LT(took, 0.1);
+    EXPECT_NE(said.find("waiting to retry http://127.0.0.1:"), std::string::npos) << said;
 }
 
 // python3 -m http.server: no Range support and no "Accept-Ranges" (as many simple object

@@ -409,11 +409,11 @@ http_response http_client::perform(const http_request& request, const http_auth&
     return response;
 }
 
-void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms) {
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms, const std::string& what) {
     thread_local std::mt19937_64 rng(std::random_device{}());
     double cap = std::min(20000.0, static_cast<double>(first_delay_ms) * std::pow(2.0, static_cast<double>(std::min<std::size_t>(attempt, 30))));
     std::uniform_real_distribution<double> pick(0.0, cap);
-    sleep_unless_stopped(std::chrono::duration<double, std::milli>(pick(rng)), "waiting to retry a request");
+    sleep_unless_stopped(std::chrono::duration<double, std::milli>(pick(rng)), what);
 }
 
 }  // namespace ferry::detail

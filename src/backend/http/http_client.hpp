@@ -116,8 +116,9 @@ private:
 };
 
 /// Sleeps the backoff before retry number `attempt` (0-based): full jitter over
-/// [0, min(20 s, first_delay * 2^attempt)]. Throws interrupted_error when this thread's stop flag
-/// asks meanwhile.
-void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms);
+/// [0, min(20 s, first_delay * 2^attempt)]. Throws interrupted_error ("interrupted: <what>") when
+/// this thread's stop flag asks meanwhile.
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms,
+                   const std::string& what = "waiting to retry a request");
 
 }  // namespace ferry::detail

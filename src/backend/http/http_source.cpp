@@ -125,7 +125,7 @@ remote_identity http_source::probe() {
             if (r.credentials_expired() && target_.signer && tries == 0 && target_.signer->renew(signing)) continue;
             if ((r.transport_retryable() || r.status_retryable()) && tries < settings_.remote_retries) {
                 retries_->fetch_add(1);
-                backoff_sleep(tries, settings_.remote_retry_delay_ms);
+                backoff_sleep(tries, settings_.remote_retry_delay_ms, "waiting to retry " + target_.location);
                 continue;
             }
             return r;
@@ -311,7 +311,7 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
                 target_.location + ": retrying bytes [" + std::to_string(offset + done) + ", " +
                     std::to_string(offset + n) + ") after " +
                     (r.status ? "HTTP " + std::to_string(r.status) : r.curl_error));
-        backoff_sleep(tries, settings_.remote_retry_delay_ms);
+        backoff_sleep(tries, settings_.remote_retry_delay_ms, "waiting to retry " + target_.location);
         ++tries;
     }
 }
