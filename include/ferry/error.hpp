@@ -104,6 +104,14 @@ private:
     std::string reason_;
 };
 
+/// A call stopped before its end because a stop_source under which it ran asked it to (Ctrl-C in
+/// Python or the CLI). Whatever it was writing is not left behind; a read's destination holds
+/// unspecified bytes.
+class FERRY_EXPORT interrupted_error : public error {
+public:
+    using error::error;
+};
+
 /// A remote object (http://, https://, s3://) could not be read or written: the HTTP status (0
 /// when no response came: refused connection, timeout, TLS failure), the URL with any
 /// credentials redacted, and which credentials were used ("none", "environment", "profile dev",

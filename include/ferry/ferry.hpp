@@ -17,4 +17,5 @@
 #include "ferry/safetensors.hpp"
 #include "ferry/settings.hpp"
 #include "ferry/stats.hpp"
+#include "ferry/stop.hpp"
 #include "ferry/version.hpp"

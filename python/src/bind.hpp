@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,6 +62,20 @@ std::string device_string(const placement& p);
 
 /// Counters as a dict: bytes_read, bytes_written, read/write by path, fallbacks.
 nb::dict stats_dict(const io_stats& s);
+
+/// Runs `work` (which must not touch Python objects) so that Ctrl-C stops it: on a thread of its
+/// own under a ferry::stop_scope, the caller waiting without the GIL and letting Python's signal
+/// handlers run every 20 ms. A handler's exception (KeyboardInterrupt) stops the work, waits for
+/// its end and is raised; the work's own exception is rethrown. Called with the GIL held.
+void run_interruptible(const std::function<void()>& work);
+
+/// run_interruptible for work with a result.
+template <class F>
+auto interruptible(F&& f) -> decltype(f()) {
+    std::optional<decltype(f())> out;
+    run_interruptible([&] { out.emplace(f()); });
+    return std::move(*out);
+}
 
 void bind_errors(nb::module_& m);
 void bind_array(nb::module_& m);

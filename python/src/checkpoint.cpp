@@ -183,9 +183,8 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     checkpoint c;
     double open_seconds = 0;
     {
-        nb::gil_scoped_release nogil;
         auto t0 = std::chrono::steady_clock::now();
-        c = open_source(sources);
+        c = interruptible([&] { return open_source(sources); });
         open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     // The modules `convert` will need for these element types (ml_dtypes for bfloat16 into
@@ -200,11 +199,7 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
         prepare(std::vector<std::string>(types.begin(), types.end()));
         import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    checkpoint_load l;
-    {
-        nb::gil_scoped_release nogil;
-        l = load_checkpoint(c, o);
-    }
+    checkpoint_load l = interruptible([&] { return load_checkpoint(c, o); });
     nb::dict stats;
     stats["bytes_read"] = l.stats.bytes_read;
     stats["bytes_out"] = l.stats.bytes_out;
@@ -254,8 +249,7 @@ void bind_checkpoint(nb::module_& m) {
                 if (!a) throw usage_error("save_checkpoint: '" + name + "' is None, not an array");
                 v.push_back({name, *a});
             }
-            nb::gil_scoped_release nogil;
-            return save_checkpoint(folder, v, max_shard_size, metadata);
+            return interruptible([&] { return save_checkpoint(folder, v, max_shard_size, metadata); });
         },
         "folder"_a, "arrays"_a, "max_shard_size"_a, "metadata"_a = std::map<std::string, std::string>{});
     m.def("set_checkpoint_memory_budget", &set_checkpoint_memory_budget, "bytes"_a);

@@ -130,13 +130,14 @@ std::size_t transfer(const py_file& self, nb::handle buf, std::uint64_t offset,
                      std::optional<std::size_t> size, bool read) {
     const file& f = self.get();
     request_memory r = memory_for(buf, read, size);
-    nb::gil_scoped_release nogil;
-    // The call returns only when the bytes have moved, so whatever the caller queues on the
-    // producer's stream afterwards is ordered after it already: waiting for the work queued
-    // before is all that stream order asks. The transfer then takes the path the engine plans,
-    // GPUDirect Storage included, which the stream lanes never use.
-    if (r.mem.stream && r.n > 0) synchronize(*r.mem.stream);
-    return read ? f.read(r.mem.data, r.n, offset) : f.write(r.mem.data, r.n, offset);
+    return interruptible([&] {
+        // The call returns only when the bytes have moved, so whatever the caller queues on the
+        // producer's stream afterwards is ordered after it already: waiting for the work queued
+        // before is all that stream order asks. The transfer then takes the path the engine
+        // plans, GPUDirect Storage included, which the stream lanes never use.
+        if (r.mem.stream && r.n > 0) synchronize(*r.mem.stream);
+        return read ? f.read(r.mem.data, r.n, offset) : f.write(r.mem.data, r.n, offset);
+    });
 }
 
 py_future transfer_async(const py_file& self, nb::handle buf, std::uint64_t offset,
@@ -214,11 +215,8 @@ void bind_file(nb::module_& m) {
             [](py_file* self, const std::filesystem::path& path, const std::string& mode) {
                 open_mode om = parse_mode(mode);
                 std::string p = path.string();
-                std::unique_ptr<file> f;
-                {
-                    nb::gil_scoped_release nogil;
-                    f = std::make_unique<file>(p, om);
-                }
+                // Opening a URL is a round trip, retried against a server that is down.
+                std::unique_ptr<file> f = interruptible([&] { return std::make_unique<file>(p, om); });
                 new (self) py_file{std::move(f), p, mode};
             },
             "path"_a, "mode"_a = "r")

@@ -1,5 +1,5 @@
 // File formats from Python: raw fromfile/tofile, .npy and safetensors load and save, and a
-// header-only description. The Python layer (ferry/_api.py) turns the arrays into numpy, CuPy,
+// header-only description, each stopped by Ctrl-C (run_interruptible). The Python layer (ferry/_api.py) turns the arrays into numpy, CuPy,
 // PyTorch or JAX arrays.
 #include <Python.h>
 
@@ -33,10 +33,7 @@ nb::object describe(const std::filesystem::path& path, std::optional<std::string
     if (format) f = parse_file_format(*format);
     std::string p = path.string();
     std::string text;
-    {
-        nb::gil_scoped_release nogil;
-        text = to_json(describe_file(p, f), p);
-    }
+    run_interruptible([&] { text = to_json(describe_file(p, f), p); });
     return nb::module_::import_("json").attr("loads")(text);
 }
 
@@ -53,8 +50,7 @@ void bind_formats(nb::module_& m) {
             o.where = parse_placement(device);
             o.keep_byte_order = keep_byte_order;
             std::string p = path.string();
-            nb::gil_scoped_release nogil;
-            return fromfile(p, t, count, offset, shape, o);
+            return interruptible([&] { return fromfile(p, t, count, offset, shape, o); });
         },
         "path"_a, "dtype"_a, "count"_a = -1, "offset"_a = 0,
         "shape"_a = std::vector<std::int64_t>{}, "device"_a = "cpu", "keep_byte_order"_a = false,
@@ -69,8 +65,7 @@ void bind_formats(nb::module_& m) {
             load_options o;
             o.keep_byte_order = keep_byte_order;
             std::string p = path.string();
-            nb::gil_scoped_release nogil;
-            return fromfile_into(p, t, out, count, offset, o);
+            return interruptible([&] { return fromfile_into(p, t, out, count, offset, o); });
         },
         "path"_a, "dtype"_a, "out"_a, "count"_a = -1, "offset"_a = 0, "keep_byte_order"_a = false,
         "Reads the items of `out` (count -1: all of them) starting `offset` bytes into the file,\n"
@@ -89,11 +84,7 @@ void bind_formats(nb::module_& m) {
             if (format) o.format = parse_file_format(*format);
             o.tensors = std::move(names);
             std::string p = path.string();
-            loaded_file f;
-            {
-                nb::gil_scoped_release nogil;
-                f = load_any(p, o);
-            }
+            loaded_file f = interruptible([&] { return load_any(p, o); });
             nb::list arrays;
             for (auto& a : f.arrays) arrays.append(nb::make_tuple(a.name, nb::cast(std::move(a.value))));
             return nb::make_tuple(std::string(to_string(f.format)), arrays, f.metadata);
@@ -115,8 +106,7 @@ void bind_formats(nb::module_& m) {
                 v.push_back({name, *a});
             }
             std::string p = path.string();
-            nb::gil_scoped_release nogil;
-            save_any(p, f, v, metadata);
+            run_interruptible([&] { save_any(p, f, v, metadata); });
         },
         "path"_a, "format"_a, "arrays"_a, "metadata"_a = std::map<std::string, std::string>{},
         "Saves ferry.Arrays as 'npy' (one array), 'safetensors' or 'raw', atomically.");
@@ -125,8 +115,7 @@ void bind_formats(nb::module_& m) {
         "tofile",
         [](const array& a, const std::filesystem::path& path) {
             std::string p = path.string();
-            nb::gil_scoped_release nogil;
-            tofile(a, p);
+            run_interruptible([&] { tofile(a, p); });
         },
         "array"_a, "path"_a,
         "Writes the elements in C order and the array's byte order, nothing else, atomically.");

@@ -422,3 +422,41 @@ def test_zarr_store_over_http_into_gpu_memory(served, cupy):
     base, _a, _t, www = served
     refs = _zarr_arrays(os.path.join(www, "zarr-gpu"))
     _check_remote_zarr(base + "/zarr-gpu", refs, on_gpu=True)
+
+
+# -- A server without Range support -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory):
+    """python3 -m http.server: no Range support and no Accept-Ranges, as many simple gateways."""
+    root = tmp_path_factory.mktemp("plain")
+    for attempt in range(5):
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                                 "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if _wait_port(port, proc, 20):
+            break
+        _stop(proc)
+    else:
+        pytest.fail("python3 -m http.server did not start")
+    try:
+        yield "http://127.0.0.1:%d" % port, root
+    finally:
+        _stop(proc)
+
+
+def test_a_server_without_range_support_is_read_with_plain_gets(plain_server):
+    base, root = plain_server
+    a = np.arange(5, dtype=np.int64)
+    np.save(root / "small.npy", a)
+    assert os.path.getsize(root / "small.npy") == 168  # the file of the report
+    np.testing.assert_array_equal(ferry.load(base + "/small.npy"), a)
+    big = np.random.default_rng(1).integers(0, 255, (3 << 20) + 11, dtype=np.uint8)
+    big.tofile(root / "big.bin")
+    np.testing.assert_array_equal(ferry.fromfile(base + "/big.bin", dtype=np.uint8), big)
+    np.testing.assert_array_equal(ferry.fromfile(base + "/big.bin", dtype=np.uint8, count=1000, offset=2 << 20),
+                                  big[2 << 20:(2 << 20) + 1000])
+    with ferry.File(base + "/big.bin") as f:
+        reasons = " ".join(f.plan()["reasons"])
+    assert "no Range support" in reasons, reasons
+    assert ferry.info(base + "/small.npy")["arrays"][0]["shape"] == (5,)

@@ -50,6 +50,9 @@ struct source_traits {
     /// read_stream() delivers the bytes of one request piece by piece as they arrive (a remote
     /// response body), so a mover can pass them on before the request ends.
     bool streams = false;
+    /// A read of any byte range is one request. False for an HTTP server without Range support:
+    /// each read streams the object from its first byte, so the engine makes it one task.
+    bool ranged = true;
 };
 
 class source {

@@ -6,6 +6,7 @@
 #include "cuda/cuda_runtime.hpp"
 #include "io/file_impl.hpp"
 #include "log.hpp"
+#include "stop.hpp"
 #include "trace.hpp"
 
 namespace ferry::detail {
@@ -217,9 +218,13 @@ std::future<std::size_t> file_impl::start(const request& r, thread_pool* workers
     for (std::size_t t = 0; t < tasks; ++t) {
         std::size_t pos = t * task;
         std::size_t len = std::min(task, r.n - pos);
-        auto body = [st, pos, len] {
+        // A task runs under the stop flag of the thread that made the request, and does not
+        // start once it asks: an interrupted read ends after the tasks already moving bytes.
+        auto body = [st, pos, len, stop = current_stop()] {
             std::exception_ptr e;
             try {
+                stop_binding bound(stop);
+                throw_if_stopped(st->file->shown_);
                 st->file->run_task(st->r, pos, len);
             } catch (...) {
                 e = std::current_exception();

@@ -79,6 +79,7 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool
     f.dir = dir;
     f.source_kind = std::string(source_->kind());
     f.remote = source_->traits().remote;
+    f.ranged = source_->traits().ranged;
     f.offers_direct = local;
     f.offers_cufile = local;
     f.threads = config_.threads;

@@ -24,6 +24,7 @@ const char* to_string(reason_code c) {
         case reason_code::stream_lanes: return "stream-lanes";
         case reason_code::no_gpu: return "no-gpu";
         case reason_code::registered: return "registered";
+        case reason_code::no_ranges: return "no-ranges";
     }
     return "?";
 }
@@ -48,6 +49,11 @@ plan_result plan_route(const plan_facts& f) {
         p.reasons.push_back({c, std::move(text), fallback});
     };
     const bool is_write = f.dir == direction::write;
+    if (!f.ranged)
+        say(reason_code::no_ranges,
+            "the server does not serve byte ranges (no Range support): each read is one plain GET of the "
+            "object, streamed from its first byte, not parallel ranged GETs",
+            true);
 
     // The page-cache residency of the file, probed at most once.
     std::optional<double> resident_seen;

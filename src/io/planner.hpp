@@ -36,6 +36,7 @@ enum class reason_code {
     stream_lanes,           ///< a large read into GPU memory: the stream lanes' large copies
     no_gpu,                 ///< no GPU: what a read into GPU memory would do is planned for host memory
     registered,             ///< the file is registered (ferry::registered_file): DMA from its pages, or why not
+    no_ranges,              ///< the server serves no byte ranges: one plain GET per read (a fallback)
 };
 
 /// A stable name for each code ("host-memory", "gds-off", ...), for JSON and tests.
@@ -67,6 +68,7 @@ struct plan_facts {
     direction dir = direction::read;
     std::string source_kind = "posix";  ///< the opened source
     bool remote = false;                ///< the source's reads are round trips (HTTP, S3)
+    bool ranged = true;                 ///< the source reads a byte range in one request
     bool offers_direct = true;          ///< the source has a "direct" alternative
     bool offers_cufile = true;          ///< the source has a "cufile" alternative
     std::size_t threads = 1;

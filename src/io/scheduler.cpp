@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "io/thread_pool.hpp"
+#include "stop.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -102,9 +103,11 @@ std::future<std::size_t> submit_host_gathers(const std::vector<gather>& batch) {
                           mine.g->offset);
             continue;
         }
-        pool->submit([st, extents, mine, bytes] {
+        pool->submit([st, extents, mine, bytes, stop = current_stop()] {
             std::exception_ptr e;
             try {
+                stop_binding bound(stop);
+                throw_if_stopped(mine.g->file->shown());
                 read_host_rows(mine);
             } catch (...) {
                 e = std::current_exception();

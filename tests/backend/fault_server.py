@@ -12,6 +12,7 @@ Serves one file (--file) at every path; the first path segment picks the fault:
   /noetag/...          no ETag, only Last-Modified
   /nohead/...          HEAD answers 403 (as presigned GET URLs do)
   /norange/...         ignores Range, always 200 with the whole file
+  /slow/BPS/...        bodies sent at BPS bytes per second, in pieces of at most 4 KiB
 Counters are per path (tests use a fresh path each). Prints "PORT <n>" once listening.
 """
 import argparse
@@ -19,6 +20,7 @@ import http.server
 import socket
 import sys
 import threading
+import time
 
 lock = threading.Lock()
 counts = {}
@@ -43,14 +45,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.serve(head=False)
 
-    def send_body(self, status, body, extra, head):
+    def send_body(self, status, body, extra, head, rate=0):
         self.send_response(status)
         for k, v in extra:
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if not head:
+        if head:
+            return
+        if not rate:
             self.wfile.write(body)
+            return
+        piece = max(1, min(4096, rate // 10))
+        try:
+            for at in range(0, len(body), piece):
+                self.wfile.write(body[at:at + piece])
+                self.wfile.flush()
+                time.sleep(piece / rate)
+        except OSError:
+            pass  # the reader went away
 
     def serve(self, head):
         parts = self.path.split("?")[0].strip("/").split("/")
@@ -84,7 +97,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             headers.append(("ETag", etag))
         rng = self.headers.get("Range")
         if head or rng is None or mode == "norange":
-            return self.send_body(200, data, headers, head)
+            return self.send_body(200, data, headers, head, rate=arg if mode == "slow" else 0)
         spec = rng.split("=", 1)[1]
         first, last = spec.split("-")
         first = int(first)
@@ -107,7 +120,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if mode == "short" and bump(key) <= arg:
             return self.send_body(206, body[: len(body) // 2], headers, head)
-        self.send_body(206, body, headers, head)
+        self.send_body(206, body, headers, head, rate=arg if mode == "slow" else 0)
 
 
 def main():

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -10,6 +11,8 @@
 #include "backend/http/url.hpp"
 #include "backend/remote_servers.hpp"
 #include "ferry/error.hpp"
+#include "ferry/file.hpp"
+#include "ferry/stop.hpp"
 
 namespace ferry::test {
 namespace {
@@ -308,11 +311,124 @@ TEST_F(fault_test, a_refused_head_falls_back_to_a_ranged_get) {
     expect_whole(*src);
 }
 
-TEST_F(fault_test, a_server_without_ranges_is_an_error_for_a_partial_read) {
+TEST_F(fault_test, a_server_that_ignores_ranges_is_read_with_plain_gets) {
+    // It says "Accept-Ranges: bytes" and then answers each range with the whole object: the
+    // first such answer switches the source to plain GETs, the bytes before the range dropped.
     auto src = open(url("/norange"));
-    std::vector<char> buf(100);
-    EXPECT_THROW(src->read(buf.data(), buf.size(), 10, {}), remote_error);
-    expect_whole(*src);  // the whole object is one 200 response
+    EXPECT_TRUE(src->traits().ranged);
+    auto part = read_all(*src, 10, 100);
+    EXPECT_EQ(part, pattern(100, 10, 3));
+    EXPECT_FALSE(src->traits().ranged);
+    EXPECT_EQ(src->traits().concurrency, 1u);
+    EXPECT_EQ(read_all(*src, size_ - 5000, 5000), pattern(5000, size_ - 5000, 3));
+    expect_whole(*src);
+    EXPECT_EQ(dynamic_cast<http_source&>(*src).retries(), 0u);
+}
+
+// ferry::stop_scope: a slow transfer and the retries against a dead server end soon after the
+// stop is asked for, with interrupted_error, and the source reads again afterwards.
+template <class F>
+double seconds_until_stopped(F&& work, std::chrono::milliseconds ask_after, std::string* said = nullptr) {
+    stop_source stop;
+    std::atomic<double> stopped_after{-1};
+    std::string message;
+    std::thread t([&] {
+        stop_scope scope(stop);
+        try {
+            work();
+        } catch (const interrupted_error& e) {
+            message = e.what();
+        }
+    });
+    std::this_thread::sleep_for(ask_after);
+    auto asked = std::chrono::steady_clock::now();
+    stop.request_stop();
+    t.join();
+    EXPECT_NE(message.find("interrupted"), std::string::npos) << message;
+    EXPECT_EQ(message.find("s3cr3t"), std::string::npos) << message;
+    if (said) *said = message;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+}
+
+TEST_F(fault_test, a_stop_ends_a_slow_read_within_100_ms) {
+    // 64 KiB/s: the object takes 16 s.
+    auto src = open(url("/slow/65536") + "?sig=s3cr3t");
+    double took = seconds_until_stopped([&] { read_all(*src, 0, size_); }, std::chrono::milliseconds(300));
+    EXPECT_LT(took, 0.1);
+    EXPECT_EQ(read_all(*src, 0, 1000), pattern(1000, 0, 3));  // still usable
+}
+
+TEST(http_source, a_stop_ends_the_retries_against_a_dead_server) {
+    settings s = quick_settings();
+    s.remote_retry_delay_ms = 1000;  // backoffs of up to seconds
+    std::string dead = "http://127.0.0.1:" + std::to_string(free_port()) + "/x?sig=s3cr3t";
+    std::string said;
+    double took = seconds_until_stopped([&] { open(dead, s); }, std::chrono::milliseconds(300), &said);
+    EXPECT_LT(took, 0.1);
+    EXPECT_NE(said.find("waiting to retry http://127.0.0.1:"), std::string::npos) << said;
+}
+
+// python3 -m http.server: no Range support and no "Accept-Ranges" (as many simple object
+// gateways). Each read is one plain GET, still checked against the object's size and identity.
+class plain_server_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        write_pattern_file(dir_ / "small.bin", 168, 5);
+        write_pattern_file(dir_ / "large.bin", large_, 9);
+        for (int attempt = 0; attempt < 5 && !server_; ++attempt) {
+            port_ = free_port();
+            server_ = std::make_unique<child>(std::vector<std::string>{
+                python(), "-m", "http.server", std::to_string(port_), "--bind", "127.0.0.1", "--directory", dir_.path()});
+            if (!wait_for_port(port_, 20, server_.get())) server_.reset();
+        }
+        ASSERT_TRUE(server_) << "python3 -m http.server did not start";
+    }
+    std::string url(const std::string& name) const {
+        return "http://127.0.0.1:" + std::to_string(port_) + "/" + name;
+    }
+    temp_dir dir_;
+    std::unique_ptr<child> server_;
+    int port_ = 0;
+    static constexpr std::size_t large_ = (3u << 20) + 321;
+};
+
+TEST_F(plain_server_test, an_object_is_read_with_one_plain_get_per_read) {
+    auto src = open(url("small.bin"));
+    EXPECT_FALSE(dynamic_cast<http_source&>(*src).identity().ranges);
+    EXPECT_FALSE(src->traits().ranged);
+    EXPECT_EQ(src->traits().concurrency, 1u);
+    EXPECT_EQ(src->size(), 168u);
+    EXPECT_EQ(read_all(*src, 0, 168), pattern(168, 0, 5));
+    EXPECT_EQ(read_all(*src, 10, 100), pattern(100, 10, 5));
+    EXPECT_THROW(read_all(*src, 100, 100), end_of_file_error);
+
+    auto big = open(url("large.bin"));
+    EXPECT_EQ(read_all(*big, 1u << 20, 1u << 20), pattern(1u << 20, 1u << 20, 9));
+    collecting_sink sink;
+    big->read_stream(1000, large_ - 1000, sink, {});
+    EXPECT_EQ(sink.got, pattern(1000, large_ - 1000, 9));
+}
+
+TEST_F(plain_server_test, the_plan_says_so_and_the_engine_reads_it_whole) {
+    file f(url("large.bin"), open_mode::read);
+    std::vector<std::uint8_t> got(large_);
+    EXPECT_EQ(f.read(got.data(), got.size(), 0), large_);
+    EXPECT_EQ(got, pattern(large_, 0, 9));
+    bool said = false;
+    for (const auto& r : f.plan().reasons) said = said || r.find("no Range support") != std::string::npos;
+    EXPECT_TRUE(said);
+}
+
+TEST_F(plain_server_test, an_object_changed_since_open_is_an_error) {
+    auto src = open(url("small.bin"));
+    write_pattern_file(dir_ / "small.bin", 200, 6);
+    try {
+        read_all(*src, 0, 100);
+        FAIL() << "read a changed object";
+    } catch (const remote_error& e) {
+        EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("/small.bin"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace ferry::detail {
 namespace {
 
@@ -274,8 +276,27 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     EXPECT_NE(r.reasons.back().text.find("remote source"), std::string::npos) << r.reasons.back().text;
 }
 
+TEST(planner, a_server_without_ranges_is_a_fallback_the_plan_names) {
+    for (memory_kind m : {memory_kind::host, memory_kind::device}) {
+        plan_facts f;
+        f.memory = m;
+        f.size = 64 << 20;
+        f.source_kind = "http";
+        f.remote = true;
+        f.ranged = false;
+        f.offers_cufile = f.offers_direct = false;
+        plan_result r = plan_route(f);
+        auto it = std::find_if(r.reasons.begin(), r.reasons.end(),
+                               [](const reason& x) { return x.code == reason_code::no_ranges; });
+        ASSERT_NE(it, r.reasons.end());
+        EXPECT_TRUE(it->fallback);
+        EXPECT_NE(it->text.find("no Range support"), std::string::npos) << it->text;
+        EXPECT_STREQ(to_string(reason_code::no_ranges), "no-ranges");
+    }
+}
+
 TEST(planner, every_code_has_a_name) {
-    for (int c = 0; c <= static_cast<int>(reason_code::registered); ++c)
+    for (int c = 0; c <= static_cast<int>(reason_code::no_ranges); ++c)
         EXPECT_STRNE(to_string(static_cast<reason_code>(c)), "?");
 }
 

@@ -15,7 +15,10 @@
 #include <random>
 #include <thread>
 
+#include "backend/http/url.hpp"
+#include "ferry/error.hpp"
 #include "os/fork_safe_mutex.hpp"
+#include "stop.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -54,13 +57,22 @@ share_state& shared() {
     return *s;
 }
 
-// Idle easy handles by host. Bounded per host: beyond that many idle handles (each holds a
+// Idle handles by host. Bounded per host: beyond that many idle handles (each holds a
 // connection and a 512 KiB receive buffer), a returned handle is closed.
 constexpr std::size_t max_idle_per_host = 64;
 
+// An easy handle with a multi handle of its own, which keeps its kept-alive connection. The
+// transfer runs through the multi handle so the waiting thread can look at its stop flag every
+// few milliseconds: curl_easy_perform calls its progress function as rarely as once a second
+// while no byte arrives, so a Ctrl-C against a stalled server waited that long.
+struct pooled {
+    CURL* easy = nullptr;
+    CURLM* multi = nullptr;
+};
+
 struct handle_pool {
     pid_t owner = ::getpid();
-    std::map<std::string, std::vector<CURL*>> idle;
+    std::map<std::string, std::vector<pooled>> idle;
 };
 fork_safe_mutex pool_mutex;  // never left taken in a forked child
 handle_pool& pool() {
@@ -79,7 +91,12 @@ std::string authority_of(const std::string& url) {
     return a;
 }
 
-CURL* acquire(const std::string& key) {
+void close_handle(pooled h) noexcept {
+    if (h.multi) curl_multi_cleanup(h.multi);
+    if (h.easy) curl_easy_cleanup(h.easy);
+}
+
+pooled acquire(const std::string& key) {
     {
         std::lock_guard lock(pool_mutex);
         handle_pool& p = pool();
@@ -91,20 +108,25 @@ CURL* acquire(const std::string& key) {
         }
         auto it = p.idle.find(key);
         if (it != p.idle.end() && !it->second.empty()) {
-            CURL* h = it->second.back();
+            pooled h = it->second.back();
             it->second.pop_back();
             return h;
         }
     }
-    return curl_easy_init();
+    pooled h{curl_easy_init(), curl_multi_init()};
+    if (!h.easy || !h.multi) {
+        close_handle(h);
+        return {};
+    }
+    return h;
 }
 
-void release(const std::string& key, CURL* h) noexcept {
+void release(const std::string& key, pooled h) noexcept {
     {
         std::lock_guard lock(pool_mutex);
         handle_pool& p = pool();
         if (p.owner == ::getpid()) {
-            std::vector<CURL*>& v = p.idle[key];
+            std::vector<pooled>& v = p.idle[key];
             if (v.size() < max_idle_per_host) {
                 v.push_back(h);
                 return;
@@ -113,7 +135,41 @@ void release(const std::string& key, CURL* h) noexcept {
             return;  // taken in the parent: never touch it here
         }
     }
-    curl_easy_cleanup(h);
+    close_handle(h);
+}
+
+// Runs the transfer of `h`, stopping it when this thread's stop flag asks (the return is then
+// CURLE_ABORTED_BY_CALLBACK). The wait is at most 20 ms between looks at the flag.
+CURLcode run_transfer(pooled h, bool& stopped) {
+    stopped = false;
+    if (curl_multi_add_handle(h.multi, h.easy) != CURLM_OK) return CURLE_FAILED_INIT;
+    CURLcode rc = CURLE_OK;
+    for (;;) {
+        int running = 0;
+        if (curl_multi_perform(h.multi, &running) != CURLM_OK) {
+            rc = CURLE_FAILED_INIT;
+            break;
+        }
+        if (running == 0) {
+            int left = 0;
+            rc = CURLE_GOT_NOTHING;
+            while (CURLMsg* m = curl_multi_info_read(h.multi, &left))
+                if (m->msg == CURLMSG_DONE && m->easy_handle == h.easy) rc = m->data.result;
+            break;
+        }
+        if (stop_requested()) {
+            stopped = true;
+            rc = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        if (curl_multi_poll(h.multi, nullptr, 0, 20, nullptr) != CURLM_OK) {
+            rc = CURLE_FAILED_INIT;
+            break;
+        }
+    }
+    // Removed mid-transfer, the handle's connection is closed rather than kept.
+    curl_multi_remove_handle(h.multi, h.easy);
+    return rc;
 }
 
 struct exchange {
@@ -167,6 +223,19 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
         x->to_consumer = ok && static_cast<bool>(x->request->consume);
         x->to_sink = ok && !x->to_consumer && x->request->sink != nullptr;
     }
+    std::size_t taken = n;  // what curl is told was handled
+    if ((x->to_consumer || x->to_sink) && r.skipped < x->request->skip) {
+        std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(n, x->request->skip - r.skipped));
+        r.skipped += drop;
+        data += drop;
+        n -= drop;
+        if (n == 0) return taken;
+    }
+    if ((x->to_consumer || x->to_sink) && x->request->end_when_full && n > x->request->sink_capacity - r.received) {
+        n = x->request->sink_capacity - r.received;
+        r.ended_full = true;
+        taken = 0;  // ends the transfer once these bytes are stored
+    }
     if (x->to_consumer) {
         if (n > x->request->sink_capacity - r.received) {
             r.refused = "the server sent more bytes than the range holds";
@@ -181,7 +250,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
             return 0;
         }
         r.received += n;
-        return n;
+        return taken;
     }
     if (x->to_sink) {
         if (n > x->request->sink_capacity - r.received) {
@@ -190,7 +259,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
         }
         std::memcpy(x->request->sink + r.received, data, n);
         r.received += n;
-        return n;
+        return taken;
     }
     std::size_t keep = std::min(n, max_error_body - std::min(max_error_body, r.body.size()));
     if (r.status >= 200 && r.status < 300) keep = n;  // a body the caller asked for, no cap
@@ -246,7 +315,9 @@ http_client::http_client(const settings& s) : settings_(s.resolved()) { shared()
 http_response http_client::perform(const http_request& request, const http_auth& auth) {
     http_response response;
     const std::string key = authority_of(request.url);
-    CURL* h = acquire(key);
+    throw_if_stopped(redact_url(request.url));
+    pooled ph = acquire(key);
+    CURL* h = ph.easy;
     if (!h) {
         response.curl_code = CURLE_FAILED_INIT;
         response.curl_error = "curl_easy_init failed";
@@ -319,12 +390,13 @@ http_response http_client::perform(const http_request& request, const http_auth&
     }
 
     auto start = std::chrono::steady_clock::now();
-    CURLcode rc = curl_easy_perform(h);
+    bool stopped = false;
+    CURLcode rc = run_transfer(ph, stopped);
     response.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     response.status = static_cast<int>(status);
-    if (!response.refused.empty() && rc == CURLE_WRITE_ERROR) rc = CURLE_OK;  // our own abort
+    if ((!response.refused.empty() || response.ended_full) && rc == CURLE_WRITE_ERROR) rc = CURLE_OK;  // our own abort
     response.curl_code = rc;
     if (rc != CURLE_OK) response.curl_error = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
     // Secrets must not linger in a pooled handle's options.
@@ -332,15 +404,16 @@ http_response http_client::perform(const http_request& request, const http_auth&
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     curl_slist_free_all(headers);
-    release(key, h);
+    release(key, ph);
+    if (stopped) throw interrupted_error("interrupted: " + request.method + " " + redact_url(request.url));
     return response;
 }
 
-void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms) {
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms, const std::string& what) {
     thread_local std::mt19937_64 rng(std::random_device{}());
     double cap = std::min(20000.0, static_cast<double>(first_delay_ms) * std::pow(2.0, static_cast<double>(std::min<std::size_t>(attempt, 30))));
     std::uniform_real_distribution<double> pick(0.0, cap);
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pick(rng)));
+    sleep_unless_stopped(std::chrono::duration<double, std::milli>(pick(rng)), what);
 }
 
 }  // namespace ferry::detail

@@ -62,6 +62,12 @@ struct http_request {
     char* sink = nullptr;
     std::function<void(const char*, std::size_t)> consume;
     std::size_t sink_capacity = 0;
+    /// Body bytes dropped before the sink gets any (a server that ignores Range sends the object
+    /// from its first byte).
+    std::uint64_t skip = 0;
+    /// Once the sink holds sink_capacity bytes the transfer ends, not as an error (the rest of a
+    /// whole-object body is not wanted).
+    bool end_when_full = false;
     /// Called once the headers of a 2xx response are in, before any body byte is stored; a
     /// non-empty return aborts the transfer and becomes http_response::refused.
     std::function<std::string(int status, const std::map<std::string, std::string>& headers)> accept;
@@ -75,6 +81,8 @@ struct http_response {
     std::map<std::string, std::string> headers;  ///< names in lower case
     std::string body;        ///< the body when no sink took it (error bodies always land here)
     std::size_t received = 0;  ///< body bytes stored in the sink (or consumed)
+    std::uint64_t skipped = 0;  ///< body bytes dropped (http_request::skip)
+    bool ended_full = false;    ///< the transfer was ended once the sink was full (end_when_full)
     std::string refused;       ///< why accept() refused the response
     std::exception_ptr consumer_error;  ///< what `consume` threw (the transfer stopped there)
     double seconds = 0;        ///< time the exchange took
@@ -99,6 +107,8 @@ public:
     http_client(const http_client&) = delete;
     http_client& operator=(const http_client&) = delete;
 
+    /// One exchange. Throws interrupted_error when this thread's stop flag (ferry::stop_scope)
+    /// asks, looking at it every 20 ms while the exchange waits.
     http_response perform(const http_request& request, const http_auth& auth);
 
 private:
@@ -106,7 +116,9 @@ private:
 };
 
 /// Sleeps the backoff before retry number `attempt` (0-based): full jitter over
-/// [0, min(20 s, first_delay * 2^attempt)].
-void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms);
+/// [0, min(20 s, first_delay * 2^attempt)]. Throws interrupted_error ("interrupted: <what>") when
+/// this thread's stop flag asks meanwhile.
+void backoff_sleep(std::size_t attempt, std::size_t first_delay_ms,
+                   const std::string& what = "waiting to retry a request");
 
 }  // namespace ferry::detail

@@ -65,14 +65,16 @@ http_source::http_source(http_target target, const settings& s)
     : target_(std::move(target)),
       settings_(s.resolved()),
       client_(settings_),
-      retries_(std::make_unique<std::atomic<std::uint64_t>>(0)) {
+      retries_(std::make_unique<std::atomic<std::uint64_t>>(0)),
+      ranges_ignored_(std::make_unique<std::atomic<bool>>(false)) {
     identity_ = probe();
     if (log_enabled(log_level::info, settings_))
         log(log_level::info, settings_,
             target_.location + ": " + std::to_string(identity_.size) + " bytes, etag " +
                 (identity_.etag.empty() ? "(none)" : identity_.etag) + ", " +
-                std::to_string(settings_.remote_concurrency) + " ranged GETs of " +
-                std::to_string(settings_.remote_range_size) + " bytes in flight" +
+                (identity_.ranges ? std::to_string(settings_.remote_concurrency) + " ranged GETs of " +
+                                        std::to_string(settings_.remote_range_size) + " bytes in flight"
+                                  : std::string("no Range support: one plain GET per read")) +
                 (auth().label.empty() ? "" : ", credentials: " + auth().label));
 }
 
@@ -82,6 +84,12 @@ source_traits http_source::traits() const noexcept {
     t.request_size = settings_.remote_range_size;
     t.concurrency = settings_.remote_concurrency;
     t.streams = true;
+    if (!identity_.ranges || ranges_ignored_->load()) {
+        // Each read streams the object from its first byte: one task per read, not parallel ones.
+        t.ranged = false;
+        t.concurrency = 1;
+        t.request_size = static_cast<std::size_t>(std::max<std::uint64_t>(identity_.size, 1));
+    }
     return t;
 }
 
@@ -117,7 +125,7 @@ remote_identity http_source::probe() {
             if (r.credentials_expired() && target_.signer && tries == 0 && target_.signer->renew(signing)) continue;
             if ((r.transport_retryable() || r.status_retryable()) && tries < settings_.remote_retries) {
                 retries_->fetch_add(1);
-                backoff_sleep(tries, settings_.remote_retry_delay_ms);
+                backoff_sleep(tries, settings_.remote_retry_delay_ms, "waiting to retry " + target_.location);
                 continue;
             }
             return r;
@@ -141,6 +149,17 @@ remote_identity http_source::probe() {
         if (!parse_u64(r.header("content-length"), len))
             fail(r, "the server did not say the object's size (no Content-Length)", where);
         id.size = len;
+        // Servers that serve ranges mostly say so; one that does not say is asked for one byte
+        // (a round trip at open, only for such servers), so the plan knows before the first read.
+        std::string ar = r.header("accept-ranges");
+        if (ar.find("bytes") == std::string::npos && len > 0) {
+            if (ar.find("none") != std::string::npos) {
+                id.ranges = false;
+            } else {
+                http_response one = attempt(false);
+                if (one.curl_code == 0 && one.status == 200) id.ranges = false;
+            }
+        }
     } else {
         content_range cr = parse_content_range(r.header("content-range"));
         if (r.status == 416 && cr.valid && cr.total != UINT64_MAX) {
@@ -148,7 +167,7 @@ remote_identity http_source::probe() {
         } else if (r.status == 206 && cr.valid && cr.total != UINT64_MAX) {
             id.size = cr.total;
         } else if (r.status == 200 && parse_u64(r.header("content-length"), id.size)) {
-            // no Range support: reads that need a range will say so
+            id.ranges = false;  // no Range support: each read is a plain GET
         } else {
             fail(r, "cannot open the object", where);
         }
@@ -188,16 +207,25 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
     bool renewed = false;  // credentials renewed once for this range after an "expired" answer
     while (done < n) {
         std::uint64_t first = offset + done, last = offset + n - 1;
+        // Without Range support the body is the whole object: drop what comes before the
+        // range and end the transfer once the range is in.
+        const bool plain = !identity_.ranges || ranges_ignored_->load();
         http_request rq;
         rq.url = target_.url;
         rq.follow_redirects = target_.follow_redirects;
-        rq.range = std::to_string(first) + "-" + std::to_string(last);
+        if (plain) {
+            rq.skip = first;
+            rq.end_when_full = true;
+        } else {
+            rq.range = std::to_string(first) + "-" + std::to_string(last);
+        }
         if (!identity_.etag.empty() && !weak(identity_.etag)) rq.headers.push_back("If-Match: " + identity_.etag);
         else if (!identity_.last_modified.empty())
             rq.headers.push_back("If-Unmodified-Since: " + identity_.last_modified);
         rq.sink_capacity = n - done;
         aim(rq, done);
         bool whole = first == 0 && last + 1 == identity_.size;
+        static const std::string ignored = "the server sent the whole object for a range";
         rq.accept = [&](int status, const std::map<std::string, std::string>& h) -> std::string {
             auto get = [&](const char* name) {
                 auto it = h.find(name);
@@ -220,8 +248,16 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
                            " became " + std::to_string(cr.total) + ")";
                 return {};
             }
-            if (status == 200 && whole) return {};
-            return "the server ignores Range requests (HTTP " + std::to_string(status) + ")";
+            if (status == 200 && (whole || plain)) {
+                std::uint64_t len = 0;
+                std::string cl = get("content-length");
+                if (!cl.empty() && parse_u64(cl, len) && len != identity_.size)
+                    return "the object changed since it was opened (size " + std::to_string(identity_.size) +
+                           " became " + std::to_string(len) + ")";
+                return {};
+            }
+            if (status == 200) return ignored;
+            return "the server answered a range with status " + std::to_string(status);
         };
         const http_auth signing = auth();
         http_response r = client_.perform(rq, signing);
@@ -231,6 +267,13 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
         if (r.curl_code == 0 && r.refused.empty() && r.status >= 200 && r.status < 300) {
             if (done == n) return;
             // A complete response that is short: the server cut the body without saying so.
+        } else if (r.refused == ignored) {
+            // It said "Accept-Ranges: bytes" and then ignored a Range: read as without ranges
+            // from now on (not a retry: nothing is wrong with the server).
+            if (!ranges_ignored_->exchange(true))
+                log(log_level::info, settings_,
+                    target_.location + ": the server ignores Range requests: one plain GET per read");
+            continue;
         } else if (!r.refused.empty()) {
             io_context w{where.path, first, last + 1 - first};
             fail(r, "refused a response", w);
@@ -268,7 +311,7 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
                 target_.location + ": retrying bytes [" + std::to_string(offset + done) + ", " +
                     std::to_string(offset + n) + ") after " +
                     (r.status ? "HTTP " + std::to_string(r.status) : r.curl_error));
-        backoff_sleep(tries, settings_.remote_retry_delay_ms);
+        backoff_sleep(tries, settings_.remote_retry_delay_ms, "waiting to retry " + target_.location);
         ++tries;
     }
 }

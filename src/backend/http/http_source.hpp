@@ -16,6 +16,12 @@
 // temporary credentials renewed during a long read are used from then on; an answer that says
 // the credentials expired renews them and retries.
 //
+// A server without Range support (python3 -m http.server, many simple gateways: no
+// "Accept-Ranges: bytes" at HEAD and a 200 to a one-byte ranged GET) is read with one plain GET per
+// read instead, streamed, the bytes before the range dropped and the transfer ended after it;
+// its length and identity are checked as a range's are. traits().ranged then says so, and the
+// engine makes such a read one task rather than parallel ranged GETs.
+//
 // Thread safety: read() may be called from many threads at once (each takes a pooled curl
 // handle with its own kept-alive connection).
 #pragma once
@@ -37,6 +43,7 @@ struct remote_identity {
     std::uint64_t size = 0;
     std::string etag;           ///< as the server sent it (quotes included), or ""
     std::string last_modified;  ///< HTTP date, or ""
+    bool ranges = true;         ///< the server answers a Range request with 206
 };
 
 /// What to open: the URL to request, the URL messages show, and how requests are signed.
@@ -87,6 +94,8 @@ private:
     http_client client_;
     remote_identity identity_;
     std::unique_ptr<std::atomic<std::uint64_t>> retries_;
+    /// Set when a server that claimed Range support answered a range with the whole object.
+    std::unique_ptr<std::atomic<bool>> ranges_ignored_;
 };
 
 /// The registry's opener for http:// and https:// locations (read only: open_mode::read).
