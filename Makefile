@@ -49,8 +49,9 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
+# Under /usr/local, or PREFIX=DIR.
 install: build
-	@cmake --install $(BUILD)
+	@cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 clean:
 	@rm -rf $(BUILD)
