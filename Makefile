@@ -12,7 +12,7 @@ deps:
 	@scripts/deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_BUILD_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -26,8 +26,13 @@ test-python: build
 	@scripts/test-python.sh $(BUILD)
 
 # The main job on built-in sample data: on the GPU when there is one, else in host memory.
-# Builds only what the demo runs (the library and the CLI), not the tests or the Python module.
-demo: configure
+# Installs and builds only what the demo runs (the library and the CLI), not the tests or the
+# Python module. A build directory it configures first has no tests (GoogleTest is not installed
+# for the demo); `make test` turns them on.
+demo:
+	@scripts/deps.sh --demo
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  $(if $(wildcard $(BUILD)/CMakeCache.txt),,-DFERRY_BUILD_TESTS=OFF) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target ferry_cli
 	@scripts/demo.sh $(BUILD)
 
