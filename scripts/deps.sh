@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
 # Installs what building and testing ferry needs, where it is missing:
-#   scripts/deps.sh           install missing packages (apt, pip)
+#   scripts/deps.sh           install missing packages (apt, pip): everything `make test` needs
+#   scripts/deps.sh --demo    only what `make demo` needs: the compilers and headers of the
+#                             library and the CLI, and numpy (it writes the sample data)
 #   scripts/deps.sh --bundle  also copy the header-only libraries and GoogleTest's source into
 #                             .deps/, so the tree builds on a machine without network
-# The CUDA toolkit (nvcc) is expected to be installed already.
+# The CUDA toolkit (nvcc) is expected to be installed already. Each install is announced first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+demo=0; bundle=0
+for arg in "$@"; do
+  case $arg in
+    --demo) demo=1 ;;
+    --bundle) bundle=1 ;;
+    *) echo "deps: unknown argument $arg (--demo, --bundle)" >&2; exit 2 ;;
+  esac
+done
+[ $bundle = 0 ] || demo=0  # the bundle holds GoogleTest: an offline machine runs the tests too
+# pip's warning about running as root (containers, CI) would be the first thing a user reads.
+export PIP_ROOT_USER_ACTION=ignore
+pip_install() {  # pip_install WHY PACKAGE...
+  echo "deps: installing ${*:2} with pip ($1)"
+  python3 -m pip install -q "${@:2}"
+}
 
 have_header() { echo "#include <$1>" | ${CXX:-c++} -std=c++20 -I.deps/include -x c++ -E - >/dev/null 2>&1; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -20,8 +37,10 @@ have_header xxhash.h || missing+=(libxxhash-dev)
 have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
 have_header simdjson.h || missing+=(libsimdjson-dev)
 # nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
-have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
+if [ $demo = 0 ]; then
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
@@ -32,8 +51,7 @@ fi
 nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/..
 if ! ls "$nvcc_dir"/targets/*/include/cufile.h "$nvcc_dir"/include/cufile.h >/dev/null 2>&1 &&
    ! python3 -c "import nvidia, os, sys; sys.exit(0 if any(os.path.exists(os.path.join(p,'cu13','include','cufile.h')) for p in nvidia.__path__) else 1)" 2>/dev/null; then
-  echo "deps: installing nvidia-cufile (for cufile.h)"
-  python3 -m pip install -q nvidia-cufile
+  pip_install "for cufile.h" nvidia-cufile
 fi
 
 # Whether Python modules are installed, looked up without importing them: importing them all
@@ -42,26 +60,30 @@ installed() {
   python3 -c 'import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@"
 }
 
+# numpy writes the demo's sample data (scripts/make_samples.py).
+installed numpy || pip_install "the demo's sample data" numpy
+[ $demo = 0 ] || exit 0
+
 # Python: nanobind builds the extension; numpy and safetensors are the reference implementations
 # the tests compare with.
-installed numpy pytest nanobind safetensors ml_dtypes || python3 -m pip install -q numpy pytest nanobind safetensors ml_dtypes
+installed pytest nanobind safetensors ml_dtypes || pip_install "the Python package and its tests" pytest nanobind safetensors ml_dtypes
 # zarr-python 3 (with numcodecs, google-crc32c and donfig) writes the arrays that ferry.zarr's
 # tests read; ferry itself never needs it. Without network and without carried wheels the
 # install fails: then those tests skip, saying so, and nothing else is held up.
 { installed zarr numcodecs google_crc32c &&
   python3 -c "import importlib.metadata as m; assert int(m.version('zarr').split('.')[0]) >= 3" 2>/dev/null; } ||
-  python3 -m pip install -q "zarr>=3.1" numcodecs google-crc32c ||
+  pip_install "the tests of ferry.zarr" "zarr>=3.1" numcodecs google-crc32c ||
   echo "deps: zarr could not be installed; the tests of ferry.zarr will skip" >&2
 # moto's server mode: the S3 protocol (buckets, ranged GETs, multipart upload, errors) on 127.0.0.1.
-installed moto flask flask_cors || python3 -m pip install -q "moto[server]"
+installed moto flask flask_cors || pip_install "the S3 tests" "moto[server]"
 # huggingface_hub writes the sharded checkpoints (index + shards) the checkpoint tests load.
-installed huggingface_hub || python3 -m pip install -q huggingface_hub
+installed huggingface_hub || pip_install "the checkpoint tests" huggingface_hub
 # torch.distributed (gloo between processes on 127.0.0.1) runs the distributed-load tests, and
 # huggingface_hub's save_torch_state_dict writes their checkpoint. Large: one pip call, only
 # when it is missing.
-installed torch || python3 -m pip install -q torch
+installed torch || pip_install "the distributed tests; large" torch
 
-if [ "${1:-}" = "--bundle" ]; then
+if [ $bundle = 1 ]; then
   find_include() {  # the system include directory that holds $1
     for d in /usr/local/include /usr/include; do [ -e "$d/$1" ] && { echo "$d/$1"; return; }; done
     echo "deps: $1 not found" >&2; exit 1

@@ -2,8 +2,9 @@
 # Checks what a fresh configure of the source tree sets up, without compiling anything:
 #  - `make demo` builds the target ferry_cli and nothing else, and that target compiles only the
 #    library's and the CLI's sources (no test or Python source): the demo stays quick;
-#  - with FERRY_UNITY_BUILD (the default) the CLI's and the doctor's sources compile in unity
-#    units, never one by one (each of them would compile CLI11 or nlohmann/json again);
+#  - with FERRY_UNITY_BUILD (the default) the CLI's sources and those of the library's layers
+#    that allow it compile in unity units, never one by one (each of them would parse the same
+#    headers and compile CLI11 or nlohmann/json again);
 #  - without CUDAARCHS or CMAKE_CUDA_ARCHITECTURES the GPU code is built for sm_80 and sm_90,
 #    with compute_90 PTX (the project's default, not nvcc's).
 # Usage: check_build_setup.sh SOURCE_DIR
@@ -42,10 +43,13 @@ $strays"
 
 # 3. The unity units.
 if grep -q '^FERRY_UNITY_BUILD:BOOL=ON' "$scratch/CMakeCache.txt"; then
-  alone=$(echo "$compiles" | grep -E "^$src/(tools/ferry|src/doctor)/[^/]+\.cpp$" || true)
+  alone=$(echo "$compiles" | grep -E "^$src/(tools/ferry/[^/]+|src/[^/]+|src/(array|checkpoint|cuda|distributed|doctor|formats|io)/.+)\.cpp$" |
+    grep -vE "^$src/src/(formats/safetensors|io/stream_ordered)\.cpp$" || true)
   [ -z "$alone" ] || bad "with FERRY_UNITY_BUILD these compile one by one:
 $alone"
-  echo "$compiles" | grep -q '/unity_doctor_cxx\.cxx$' || bad "no unity unit for src/doctor"
+  for group in array checkpoint core cuda distributed doctor formats io; do
+    echo "$compiles" | grep -q "/unity_${group}_cxx\.cxx$" || bad "no unity unit for the library's $group sources"
+  done
   echo "$compiles" | grep -qE '/ferry_cli\.dir/Unity/unity_[0-9]+_cxx\.cxx$' || bad "no unity unit for tools/ferry"
 else
   bad "FERRY_UNITY_BUILD is not ON by default"
@@ -62,4 +66,4 @@ else
 fi
 
 [ "$fail" = 0 ] || exit 1
-echo "make demo builds ferry_cli only ($count compile steps: library and CLI); unity units for the CLI and the doctor; GPU code for sm_80, sm_90 and compute_90 PTX"
+echo "make demo builds ferry_cli only ($count compile steps: library and CLI); unity units for the CLI and the library's layers; GPU code for sm_80, sm_90 and compute_90 PTX"
