@@ -55,6 +55,18 @@ def _stop(proc):
         proc.wait()
 
 
+def _start_on_free_port(command, what, seconds):
+    """(process, port): command(port)'s server started on a free 127.0.0.1 port, another port
+    tried (five in all) when something else took the first between its choice and the bind."""
+    for _ in range(5):
+        port = _free_port()
+        proc = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if _wait_port(port, proc, seconds):
+            return proc, port
+        _stop(proc)
+    pytest.fail("%s did not start" % what)
+
+
 def _state(seed=0):
     rng = np.random.default_rng(seed)
     sd = {"model.embed_tokens.weight": rng.standard_normal((128, 64)).astype(np.float16)}
@@ -99,8 +111,7 @@ def served():
         first = sorted(n for n in os.listdir(os.path.join(www, "broken")) if n.endswith(".safetensors"))[0]
         os.remove(os.path.join(www, "broken", first))
         os.makedirs(os.path.join(www, "empty"))
-        for attempt in range(5):
-            port = _free_port()
+        def nginx(port):
             conf = os.path.join(root, "nginx.conf")
             with open(conf, "w") as f:
                 f.write("daemon off; master_process off; worker_processes 1;\n"
@@ -111,13 +122,8 @@ def served():
                         " server { listen 127.0.0.1:%d; root %s; location / { }"
                         " location ~ ^/forbidden/model-00002 { return 403; } } }\n"
                         % ((root,) * 7 + (port, www)))
-            proc = subprocess.Popen([NGINX, "-p", root, "-e", root + "/logs/error.log", "-c", conf],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if _wait_port(port, proc, 10):
-                break
-            _stop(proc)
-        else:
-            pytest.fail("nginx did not start")
+            return [NGINX, "-p", root, "-e", root + "/logs/error.log", "-c", conf]
+        proc, port = _start_on_free_port(nginx, "nginx", 10)
         try:
             yield "http://127.0.0.1:%d" % port, a, tensors, www
         finally:
@@ -430,15 +436,9 @@ def test_zarr_store_over_http_into_gpu_memory(served, cupy):
 def plain_server(tmp_path_factory):
     """python3 -m http.server: no Range support and no Accept-Ranges, as many simple gateways."""
     root = tmp_path_factory.mktemp("plain")
-    for attempt in range(5):
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                                 "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if _wait_port(port, proc, 20):
-            break
-        _stop(proc)
-    else:
-        pytest.fail("python3 -m http.server did not start")
+    proc, port = _start_on_free_port(lambda port: [sys.executable, "-m", "http.server", str(port), "--bind",
+                                                   "127.0.0.1", "--directory", str(root)],
+                                     "python3 -m http.server", 20)
     try:
         yield "http://127.0.0.1:%d" % port, root
     finally:
