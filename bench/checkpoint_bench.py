@@ -3,7 +3,7 @@
 
 Writes (once, reused) a checkpoint of LLM-like bf16 tensors: embedding, per layer q/k/v/o
 attention weights and biases, gate/up/down MLP weights and two norms, a final norm and an
-LM head; >= 4 GiB in >= 4 shards and >= 800 tensors at the default size, saved with
+LM head; >= 4 GiB in 6 shards and >= 800 tensors at the default size, saved with
 huggingface_hub's sharded torch save (else safetensors per shard with ferry's index). Then, each
 measurement in a fresh process that imports everything and makes its CUDA context before the
 clock starts:
@@ -273,7 +273,7 @@ def main():
     ap.add_argument("--dir", default="/tmp/ferry-ckpt-bench")
     ap.add_argument("--size", default="4.6G")
     ap.add_argument("--layers", type=int, default=68)
-    ap.add_argument("--shards", type=int, default=5)
+    ap.add_argument("--shards", type=int, default=6)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hot-rounds", type=int, default=2, help="turns of the hot readers (best of each)")
     ap.add_argument("--cold-rounds", type=int, default=2, help="turns of the cold readers (best of each)")

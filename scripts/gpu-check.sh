@@ -167,7 +167,7 @@ if [ "$what" = peers ]; then
   for p in ${PEERS:-checkpoint zarr remote}; do
     case $p in
       checkpoint) peer checkpoint python3 bench/checkpoint_bench.py --dir $TMPDIR/ckpt --size "${CKPT_SIZE:-4.6G}" \
-                    --repeat "${CKPT_REPEAT:-3}" --json "$out/checkpoint.json" ;;
+                    --repeat "${CKPT_REPEAT:-3}" --json "$out/checkpoint.json" ${CKPT_ARGS:-} ;;
       zarr) peer zarr python3 bench/zarr_bench.py --dir $TMPDIR/zarr --size "${ZARR_SIZE:-4G}" --json "$out/zarr.json" ;;
       remote) peer remote env BUILD=$build SIZE="${REMOTE_SIZE:-8G}" WORK=$TMPDIR/remote bench/remote_bench.sh ;;
     esac
