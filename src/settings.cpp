@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/error.hpp"
+#include "lane_buffer_size.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry {
@@ -215,12 +216,10 @@ settings settings::resolved() const {
     // as more staging left the CPU caches. They take what the workers' staging leaves under
     // the limit.
     if (r.stream_lanes == 0) r.stream_lanes = 4;
-    if (r.lane_buffer_size == 0) {
-        std::size_t used = r.threads * r.staging_buffers * r.staging_buffer_size;
-        std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * r.stream_lanes) : 0;
-        std::size_t size = std::min(4 * r.staging_buffer_size, left) / (64u << 10) * (64u << 10);
-        r.lane_buffer_size = std::max<std::size_t>(size, 64u << 10);
-    }
+    if (r.lane_buffer_size == 0)
+        r.lane_buffer_size = detail::fit_lane_buffer_size(4 * r.staging_buffer_size, r.threads, r.staging_buffers,
+                                                          r.staging_buffer_size, r.staging_memory_limit,
+                                                          r.stream_lanes);
     // Below one round of the lanes (every lane's buffer once), a request would not keep them
     // all busy: the workers' own buffers serve it.
     if (r.lane_threshold == 0) r.lane_threshold = r.stream_lanes * r.lane_buffer_size;
