@@ -51,23 +51,23 @@ const settings& file::config() const noexcept { return impl_->config(); }
 
 std::size_t file::read(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact)).get();
+    return f.start(f.prepare(direction::read, dst, n, offset, detail::exactness::exact)).get();
 }
 
 std::size_t file::read_some(void* dst, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::up_to_end)).get();
+    return f.start(f.prepare(direction::read, dst, n, offset, detail::exactness::up_to_end)).get();
 }
 
 std::size_t file::write(const void* src, std::size_t n, std::uint64_t offset) const {
     auto& f = must(impl_);
-    return f.start(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact)).get();
+    return f.start(f.prepare(direction::write, src, n, offset, detail::exactness::exact)).get();
 }
 
 std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_t offset) const {
     try {
         auto& f = must(impl_);
-        return f.start(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact));
+        return f.start(f.prepare(direction::read, dst, n, offset, detail::exactness::exact));
     } catch (...) {
         return failed<std::size_t>(std::current_exception());
     }
@@ -76,7 +76,7 @@ std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_
 std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::uint64_t offset) const {
     try {
         auto& f = must(impl_);
-        return f.start(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact));
+        return f.start(f.prepare(direction::write, src, n, offset, detail::exactness::exact));
     } catch (...) {
         return failed<std::size_t>(std::current_exception());
     }
@@ -84,12 +84,12 @@ std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::
 
 std::future<std::size_t> file::read_async(void* dst, std::size_t n, std::uint64_t offset, stream_t s) const {
     auto& f = must(impl_);
-    return f.start_on_stream(f.prepare(detail::direction::read, dst, n, offset, detail::exactness::exact), s);
+    return f.start_on_stream(f.prepare(direction::read, dst, n, offset, detail::exactness::exact), s);
 }
 
 std::future<std::size_t> file::write_async(const void* src, std::size_t n, std::uint64_t offset, stream_t s) const {
     auto& f = must(impl_);
-    return f.start_on_stream(f.prepare(detail::direction::write, src, n, offset, detail::exactness::exact), s);
+    return f.start_on_stream(f.prepare(direction::write, src, n, offset, detail::exactness::exact), s);
 }
 
 void file::sync() const { must(impl_).sync(); }
@@ -99,7 +99,7 @@ path_plan file::plan() const {
     auto& f = must(impl_);
     detail::plan_result p =
         f.plan(cuda_device_count() > 0 ? memory_kind::device : memory_kind::host, std::size_t(1) << 30,
-               detail::direction::read);
+               direction::read);
     return {p.chosen.counted_as, p.texts()};
 }
 

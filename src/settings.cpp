@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/error.hpp"
+#include "lane_buffer_size.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry {
@@ -44,16 +45,6 @@ std::size_t parse_count(std::string_view name, std::string_view text, std::size_
 
 detail::fork_safe_mutex global_mutex;
 settings* global_settings = nullptr;
-
-constexpr std::string_view names[] = {
-    "FERRY_THREADS",         "FERRY_TASK_SIZE",          "FERRY_STAGING_BUFFER_SIZE",
-    "FERRY_STAGING_BUFFERS", "FERRY_STAGING_MEMORY_LIMIT", "FERRY_STREAM_LANES",
-    "FERRY_LANE_BUFFER_SIZE", "FERRY_LANE_THRESHOLD",    "FERRY_GDS",
-    "FERRY_GDS_THRESHOLD",   "FERRY_DIRECT_IO",          "FERRY_LOG_LEVEL",
-    "FERRY_CUFILE_LIBRARY",  "FERRY_REMOTE_CONCURRENCY", "FERRY_REMOTE_RANGE_SIZE",
-    "FERRY_REMOTE_CONNECT_TIMEOUT", "FERRY_REMOTE_TIMEOUT", "FERRY_REMOTE_RETRIES",
-    "FERRY_REMOTE_RETRY_DELAY", "FERRY_REMOTE_CA_BUNDLE", "FERRY_S3_ADDRESSING",
-};
 
 // Durations: "250ms", "10s", "2m", or a bare number of milliseconds.
 std::size_t parse_duration_ms(std::string_view name, std::string_view text, std::size_t lo, std::size_t hi) {
@@ -96,77 +87,154 @@ std::size_t parse_size(std::string_view name, std::string_view text) {
     return static_cast<std::size_t>(v << shift);
 }
 
+namespace {
+
+using sv = std::string_view;
+using json = nlohmann::json;
+
+[[noreturn]] void refuse(sv name, sv value, const char* why) {
+    throw settings_error(std::string(name), std::string(value), why);
+}
+
+// One word of a mode's variable, case and surrounding blanks ignored.
+std::string word(sv value) { return lower(trim(value)); }
+
+// auto, on (1, true) or off (0, false), as FERRY_GDS and FERRY_DIRECT_IO take them.
+template <class Mode>
+Mode parse_switch(sv name, sv value) {
+    std::string v = word(value);
+    if (v == "auto") return Mode::auto_;
+    if (v == "on" || v == "1" || v == "true") return Mode::on;
+    if (v == "off" || v == "0" || v == "false") return Mode::off;
+    refuse(name, value, "must be auto, on or off");
+}
+
+// A size that is 0 ("derive") or passes `ok`; refused with `why` otherwise. Each value is
+// checked before it is stored: a refused value leaves the settings as they were.
+template <class Ok>
+std::size_t parse_derived_size(sv name, sv value, Ok ok, const char* why) {
+    std::size_t n = parse_size(name, value);
+    if (n != 0 && !ok(n)) refuse(name, value, why);
+    return n;
+}
+
+// A member shown in to_json as it is stored (numbers, text)...
+template <auto Member>
+void show(const settings& s, json& j, sv key) { j[std::string(key)] = s.*Member; }
+
+// ...or as the word its variable takes (modes).
+template <auto Member>
+void show_word(const settings& s, json& j, sv key) { j[std::string(key)] = std::string(to_string(s.*Member)); }
+
+// One setting: its variable, its key in to_json (Python's ferry.settings attribute), how a
+// value of the variable is parsed into the settings, and how the settings show it. Adding a
+// setting is one row here, its member in include/ferry/settings.hpp and its line in the
+// documentation (a test fails when that line is missing).
+struct setting_row {
+    sv variable;
+    sv key;
+    void (*parse)(settings& s, sv name, sv value);
+    void (*show)(const settings& s, json& j, sv key);
+};
+
+const setting_row rows[] = {
+    {"FERRY_THREADS", "threads",
+     [](settings& s, sv n, sv v) { s.threads = parse_count(n, v, 0, 1024); }, show<&settings::threads>},
+    {"FERRY_TASK_SIZE", "task_size",
+     [](settings& s, sv n, sv v) {
+         s.task_size = parse_derived_size(n, v, [](std::size_t x) { return x >= 4096; },
+                                          "must be 0 (derive) or at least 4096 bytes");
+     },
+     show<&settings::task_size>},
+    {"FERRY_STAGING_BUFFER_SIZE", "staging_buffer_size",
+     [](settings& s, sv n, sv v) {
+         s.staging_buffer_size = parse_derived_size(n, v, [](std::size_t x) { return x >= 65536 && x % 4096 == 0; },
+                                                    "must be 0 (derive) or a multiple of 4096 of at least 64K");
+     },
+     show<&settings::staging_buffer_size>},
+    {"FERRY_STAGING_BUFFERS", "staging_buffers",
+     [](settings& s, sv n, sv v) { s.staging_buffers = parse_count(n, v, 2, 64); }, show<&settings::staging_buffers>},
+    {"FERRY_STAGING_MEMORY_LIMIT", "staging_memory_limit",
+     [](settings& s, sv n, sv v) {
+         s.staging_memory_limit = parse_derived_size(n, v, [](std::size_t x) { return x >= (1u << 20); },
+                                                     "must be 0 (derive) or at least 1M");
+     },
+     show<&settings::staging_memory_limit>},
+    {"FERRY_STREAM_LANES", "stream_lanes",
+     [](settings& s, sv n, sv v) { s.stream_lanes = parse_count(n, v, 0, 64); }, show<&settings::stream_lanes>},
+    {"FERRY_LANE_BUFFER_SIZE", "lane_buffer_size",
+     [](settings& s, sv n, sv v) {
+         s.lane_buffer_size = parse_derived_size(n, v, [](std::size_t x) { return x >= 65536 && x % 65536 == 0; },
+                                                 "must be 0 (derive) or a multiple of 64K");
+     },
+     show<&settings::lane_buffer_size>},
+    {"FERRY_LANE_THRESHOLD", "lane_threshold",
+     [](settings& s, sv n, sv v) { s.lane_threshold = word(v) == "off" ? lanes_off : parse_size(n, v); },
+     [](const settings& s, json& j, sv k) {
+         if (s.lane_threshold == lanes_off) j[std::string(k)] = "off";
+         else j[std::string(k)] = s.lane_threshold;
+     }},
+    {"FERRY_GDS", "gds",
+     [](settings& s, sv n, sv v) { s.gds = parse_switch<gds_mode>(n, v); }, show_word<&settings::gds>},
+    {"FERRY_GDS_THRESHOLD", "gds_threshold",
+     [](settings& s, sv n, sv v) { s.gds_threshold = parse_size(n, v); }, show<&settings::gds_threshold>},
+    {"FERRY_DIRECT_IO", "direct_io",
+     [](settings& s, sv n, sv v) { s.direct_io = parse_switch<direct_io_mode>(n, v); },
+     show_word<&settings::direct_io>},
+    {"FERRY_LOG_LEVEL", "log_level",
+     [](settings& s, sv n, sv v) {
+         std::string w = word(v);
+         if (w == "error") s.log = log_level::error;
+         else if (w == "warn" || w == "warning") s.log = log_level::warn;
+         else if (w == "info") s.log = log_level::info;
+         else if (w == "debug") s.log = log_level::debug;
+         else refuse(n, v, "must be error, warn, info or debug");
+     },
+     show_word<&settings::log>},
+    {"FERRY_CUFILE_LIBRARY", "cufile_library",
+     [](settings& s, sv n, sv v) {
+         if (trim(v).empty()) refuse(n, v, "must name a library");
+         s.cufile_library = std::string(trim(v));
+     },
+     show<&settings::cufile_library>},
+    {"FERRY_REMOTE_CONCURRENCY", "remote_concurrency",
+     [](settings& s, sv n, sv v) { s.remote_concurrency = parse_count(n, v, 0, 1024); },
+     show<&settings::remote_concurrency>},
+    {"FERRY_REMOTE_RANGE_SIZE", "remote_range_size",
+     [](settings& s, sv n, sv v) {
+         s.remote_range_size = parse_derived_size(n, v, [](std::size_t x) { return x >= 65536; },
+                                                  "must be 0 (derive) or at least 64K");
+     },
+     show<&settings::remote_range_size>},
+    // Durations are kept and shown in milliseconds.
+    {"FERRY_REMOTE_CONNECT_TIMEOUT", "remote_connect_timeout",
+     [](settings& s, sv n, sv v) { s.remote_connect_timeout_ms = parse_duration_ms(n, v, 1, 3600000); },
+     show<&settings::remote_connect_timeout_ms>},
+    {"FERRY_REMOTE_TIMEOUT", "remote_timeout",
+     [](settings& s, sv n, sv v) { s.remote_stall_timeout_ms = parse_duration_ms(n, v, 1000, 3600000); },
+     show<&settings::remote_stall_timeout_ms>},
+    {"FERRY_REMOTE_RETRIES", "remote_retries",
+     [](settings& s, sv n, sv v) { s.remote_retries = parse_count(n, v, 0, 100); }, show<&settings::remote_retries>},
+    {"FERRY_REMOTE_RETRY_DELAY", "remote_retry_delay",
+     [](settings& s, sv n, sv v) { s.remote_retry_delay_ms = parse_duration_ms(n, v, 0, 60000); },
+     show<&settings::remote_retry_delay_ms>},
+    {"FERRY_REMOTE_CA_BUNDLE", "remote_ca_bundle",
+     [](settings& s, sv, sv v) { s.remote_ca_bundle = std::string(trim(v)); }, show<&settings::remote_ca_bundle>},
+    {"FERRY_S3_ADDRESSING", "s3_addressing",
+     [](settings& s, sv n, sv v) {
+         std::string w = word(v);
+         if (w != "auto" && w != "path" && w != "virtual") refuse(n, v, "must be auto, path or virtual");
+         s.s3_addressing = w;
+     },
+     show<&settings::s3_addressing>},
+};
+
+}  // namespace
+
 void apply_setting(settings& s, std::string_view name, std::string_view value) {
-    std::string v = lower(trim(value));
-    auto bad = [&](const char* why) { throw settings_error(std::string(name), std::string(value), why); };
-    if (name == "FERRY_THREADS") {
-        s.threads = parse_count(name, value, 0, 1024);
-    } else if (name == "FERRY_TASK_SIZE") {
-        // Each value is checked before it is stored: a refused value leaves `s` as it was.
-        std::size_t n = parse_size(name, value);
-        if (n != 0 && n < 4096) bad("must be 0 (derive) or at least 4096 bytes");
-        s.task_size = n;
-    } else if (name == "FERRY_STAGING_BUFFER_SIZE") {
-        std::size_t n = parse_size(name, value);
-        if (n != 0 && (n < 65536 || n % 4096)) bad("must be 0 (derive) or a multiple of 4096 of at least 64K");
-        s.staging_buffer_size = n;
-    } else if (name == "FERRY_STAGING_BUFFERS") {
-        s.staging_buffers = parse_count(name, value, 2, 64);
-    } else if (name == "FERRY_STAGING_MEMORY_LIMIT") {
-        std::size_t n = parse_size(name, value);
-        if (n != 0 && n < (1u << 20)) bad("must be 0 (derive) or at least 1M");
-        s.staging_memory_limit = n;
-    } else if (name == "FERRY_STREAM_LANES") {
-        s.stream_lanes = parse_count(name, value, 0, 64);
-    } else if (name == "FERRY_LANE_BUFFER_SIZE") {
-        std::size_t n = parse_size(name, value);
-        if (n != 0 && (n < 65536 || n % 65536)) bad("must be 0 (derive) or a multiple of 64K");
-        s.lane_buffer_size = n;
-    } else if (name == "FERRY_LANE_THRESHOLD") {
-        s.lane_threshold = v == "off" ? lanes_off : parse_size(name, value);
-    } else if (name == "FERRY_GDS") {
-        if (v == "auto") s.gds = gds_mode::auto_;
-        else if (v == "on" || v == "1" || v == "true") s.gds = gds_mode::on;
-        else if (v == "off" || v == "0" || v == "false") s.gds = gds_mode::off;
-        else bad("must be auto, on or off");
-    } else if (name == "FERRY_GDS_THRESHOLD") {
-        s.gds_threshold = parse_size(name, value);
-    } else if (name == "FERRY_DIRECT_IO") {
-        if (v == "auto") s.direct_io = direct_io_mode::auto_;
-        else if (v == "on" || v == "1" || v == "true") s.direct_io = direct_io_mode::on;
-        else if (v == "off" || v == "0" || v == "false") s.direct_io = direct_io_mode::off;
-        else bad("must be auto, on or off");
-    } else if (name == "FERRY_LOG_LEVEL") {
-        if (v == "error") s.log = log_level::error;
-        else if (v == "warn" || v == "warning") s.log = log_level::warn;
-        else if (v == "info") s.log = log_level::info;
-        else if (v == "debug") s.log = log_level::debug;
-        else bad("must be error, warn, info or debug");
-    } else if (name == "FERRY_CUFILE_LIBRARY") {
-        if (trim(value).empty()) bad("must name a library");
-        s.cufile_library = std::string(trim(value));
-    } else if (name == "FERRY_REMOTE_CONCURRENCY") {
-        s.remote_concurrency = parse_count(name, value, 0, 1024);
-    } else if (name == "FERRY_REMOTE_RANGE_SIZE") {
-        std::size_t n = parse_size(name, value);
-        if (n != 0 && n < 65536) bad("must be 0 (derive) or at least 64K");
-        s.remote_range_size = n;
-    } else if (name == "FERRY_REMOTE_CONNECT_TIMEOUT") {
-        s.remote_connect_timeout_ms = parse_duration_ms(name, value, 1, 3600000);
-    } else if (name == "FERRY_REMOTE_TIMEOUT") {
-        s.remote_stall_timeout_ms = parse_duration_ms(name, value, 1000, 3600000);
-    } else if (name == "FERRY_REMOTE_RETRIES") {
-        s.remote_retries = parse_count(name, value, 0, 100);
-    } else if (name == "FERRY_REMOTE_RETRY_DELAY") {
-        s.remote_retry_delay_ms = parse_duration_ms(name, value, 0, 60000);
-    } else if (name == "FERRY_REMOTE_CA_BUNDLE") {
-        s.remote_ca_bundle = std::string(trim(value));
-    } else if (name == "FERRY_S3_ADDRESSING") {
-        if (v != "auto" && v != "path" && v != "virtual") bad("must be auto, path or virtual");
-        s.s3_addressing = v;
-    } else {
-        throw usage_error("unknown setting " + std::string(name));
-    }
+    for (const setting_row& r : rows)
+        if (r.variable == name) return r.parse(s, name, value);
+    throw usage_error("unknown setting " + std::string(name));
 }
 
 settings settings::from_environment() {
@@ -190,7 +258,9 @@ void settings::set_global(const settings& s) {
 }
 
 std::vector<std::string_view> settings::variable_names() {
-    return {std::begin(names), std::end(names)};
+    std::vector<std::string_view> out;
+    for (const setting_row& r : rows) out.push_back(r.variable);
+    return out;
 }
 
 settings settings::resolved() const {
@@ -215,12 +285,10 @@ settings settings::resolved() const {
     // as more staging left the CPU caches. They take what the workers' staging leaves under
     // the limit.
     if (r.stream_lanes == 0) r.stream_lanes = 4;
-    if (r.lane_buffer_size == 0) {
-        std::size_t used = r.threads * r.staging_buffers * r.staging_buffer_size;
-        std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * r.stream_lanes) : 0;
-        std::size_t size = std::min(4 * r.staging_buffer_size, left) / (64u << 10) * (64u << 10);
-        r.lane_buffer_size = std::max<std::size_t>(size, 64u << 10);
-    }
+    if (r.lane_buffer_size == 0)
+        r.lane_buffer_size = detail::fit_lane_buffer_size(4 * r.staging_buffer_size, r.threads, r.staging_buffers,
+                                                          r.staging_buffer_size, r.staging_memory_limit,
+                                                          r.stream_lanes);
     // Below one round of the lanes (every lane's buffer once), a request would not keep them
     // all busy: the workers' own buffers serve it.
     if (r.lane_threshold == 0) r.lane_threshold = r.stream_lanes * r.lane_buffer_size;
@@ -233,30 +301,8 @@ settings settings::resolved() const {
 }
 
 std::string to_json(const settings& s) {
-    nlohmann::json j;
-    j["threads"] = s.threads;
-    j["task_size"] = s.task_size;
-    j["staging_buffer_size"] = s.staging_buffer_size;
-    j["staging_buffers"] = s.staging_buffers;
-    j["staging_memory_limit"] = s.staging_memory_limit;
-    j["stream_lanes"] = s.stream_lanes;
-    j["lane_buffer_size"] = s.lane_buffer_size;
-    if (s.lane_threshold == lanes_off) j["lane_threshold"] = "off";
-    else j["lane_threshold"] = s.lane_threshold;
-    j["gds"] = std::string(to_string(s.gds));
-    j["gds_threshold"] = s.gds_threshold;
-    j["direct_io"] = std::string(to_string(s.direct_io));
-    j["log_level"] = std::string(to_string(s.log));
-    j["cufile_library"] = s.cufile_library;
-    j["remote_concurrency"] = s.remote_concurrency;
-    j["remote_range_size"] = s.remote_range_size;
-    // Keys are the variables' names (Python's ferry.settings attributes); durations in ms.
-    j["remote_connect_timeout"] = s.remote_connect_timeout_ms;
-    j["remote_timeout"] = s.remote_stall_timeout_ms;
-    j["remote_retries"] = s.remote_retries;
-    j["remote_retry_delay"] = s.remote_retry_delay_ms;
-    j["remote_ca_bundle"] = s.remote_ca_bundle;
-    j["s3_addressing"] = s.s3_addressing;
+    json j;
+    for (const setting_row& r : rows) r.show(s, j, r.key);
     return j.dump();
 }
 

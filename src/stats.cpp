@@ -159,14 +159,15 @@ void reset_process_stats() {
 
 namespace detail {
 
-void stats_counter::add(bool is_write, io_path p, int route, std::uint64_t bytes, std::uint64_t ns,
+void stats_counter::add(direction dir, io_path p, int route, std::uint64_t bytes, std::uint64_t ns,
                         std::uint64_t requests) {
-    cell& c = cells_[is_write ? 1 : 0][static_cast<int>(p)];
+    const int way = dir == direction::write ? 1 : 0;
+    cell& c = cells_[way][static_cast<int>(p)];
     c.bytes.fetch_add(bytes, std::memory_order_relaxed);
     c.requests.fetch_add(requests, std::memory_order_relaxed);
     c.ns.fetch_add(ns, std::memory_order_relaxed);
     if (route < 0 || route >= max_routes) return;
-    cell& r = routes_[is_write ? 1 : 0][route];
+    cell& r = routes_[way][route];
     r.bytes.fetch_add(bytes, std::memory_order_relaxed);
     r.requests.fetch_add(requests, std::memory_order_relaxed);
     r.ns.fetch_add(ns, std::memory_order_relaxed);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "ferry/stats.hpp"
+#include "ferry/types.hpp"
 
 namespace ferry::detail {
 
@@ -21,9 +22,9 @@ int route_slot(std::string_view source, std::string_view mover);
 
 class stats_counter {
 public:
-    /// Adds bytes moved, request time and completed requests, under the public route name `p`
-    /// and the route slot `route` (route_slot(); -1: not counted by route).
-    void add(bool is_write, io_path p, int route, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
+    /// Adds bytes moved one way, request time and completed requests, under the public route
+    /// name `p` and the route slot `route` (route_slot(); -1: not counted by route).
+    void add(direction dir, io_path p, int route, std::uint64_t bytes, std::uint64_t ns, std::uint64_t requests);
     /// Returns true the first time `reason` is counted here (for log-once).
     bool add_fallback(const std::string& reason);
     io_stats snapshot() const;

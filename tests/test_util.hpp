@@ -28,20 +28,6 @@ inline void PrintTo(dtype t, std::ostream* os) { *os << to_string(t); }
 
 namespace ferry::test {
 
-/// The libnccl.so.2 of the nvidia-nccl wheel where Python has one (scripts/deps.sh installs
-/// torch, which brings it); "" when none is found.
-inline std::string python_nccl_library() {
-    FILE* p = ::popen("python3 -c \"import os, nvidia.nccl as n; "
-                      "print(os.path.join(list(n.__path__)[0], 'lib', 'libnccl.so.2'))\" 2>/dev/null",
-                      "r");
-    if (!p) return {};
-    char buf[4096] = {};
-    std::string out = std::fgets(buf, sizeof buf, p) ? buf : "";
-    ::pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
-}
-
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 class temp_dir {
 public:

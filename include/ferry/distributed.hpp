@@ -1,15 +1,13 @@
 // Distributed checkpoint loads: the N ranks of a job load one checkpoint, reading every byte
 // once across the group. Each rank reads only its tensor-parallel slices; the tensors every rank
 // needs whole (norms, biases, unsplit embeddings, or everything in a data-parallel job) are read
-// once, byte-partitioned between the ranks, and completed on every rank by NCCL broadcasts on a
-// communicator the caller made.
+// once, byte-partitioned between the ranks, and completed on every rank by broadcasts.
 //
-// The path of a byte: open_checkpoint (headers) -> plan_group (a pure function: who reads what,
-// which rank broadcasts which byte range, in chunks) -> load_checkpoint_group (each rank reads
-// its pieces through load_checkpoint into the final tensors; chunk i is broadcast while chunk
-// i+1 is read; an agreement all_reduce before each chunk turns one rank's failure into the same
-// error on every rank). NCCL is loaded at run time: libferry does not link it, and this header
-// needs neither CUDA nor NCCL headers. Design: docs/design/distributed.md.
+// This header is the planner: open_checkpoint (headers) -> plan_group (a pure function: who
+// reads what, which rank broadcasts which byte range, in chunks). The plan is carried out by the
+// Python package over torch.distributed (ferry.load_checkpoint(..., group=...), gloo or NCCL):
+// each rank reads its pieces through load_checkpoint and the broadcasts run on the caller's
+// process group. Design: docs/design/distributed.md.
 #pragma once
 
 #include <cstdint>
@@ -143,99 +141,9 @@ struct group_plan {
 /// selection's errors).
 FERRY_EXPORT group_plan plan_group(const checkpoint& c, const group_plan_options& options);
 
-/// A group load failed on some rank; thrown on every rank of the group, with the same rank,
-/// file and step. rank() is the failing rank (-1 when unknown), file() the file it was reading
-/// ("" when none), step() where ("open", "chunk 3 of 9 (file)", "slices"), reason() what that
-/// rank's error said, failed_ranks() every rank that reported a failure.
-class FERRY_EXPORT group_load_error : public error {
-public:
-    group_load_error(std::string what, int rank, std::string file, std::string step,
-                     std::string reason, std::vector<int> failed_ranks);
-    int rank() const noexcept { return rank_; }
-    const std::string& file() const noexcept { return file_; }
-    const std::string& step() const noexcept { return step_; }
-    const std::string& reason() const noexcept { return reason_; }
-    const std::vector<int>& failed_ranks() const noexcept { return failed_; }
-
-private:
-    int rank_;
-    std::string file_;
-    std::string step_;
-    std::string reason_;
-    std::vector<int> failed_;
-};
-
-/// A collective of a group load did not finish within the timeout (a rank stalled or died), or
-/// NCCL reported an asynchronous error. The load aborted the communicator (ncclCommAbort): the
-/// caller must not use or destroy it afterwards, and makes a new one.
-class FERRY_EXPORT group_timeout_error : public group_load_error {
-public:
-    using group_load_error::group_load_error;
-};
-
-struct group_load_options {
-    /// The caller's NCCL communicator (an ncclComm_t), one rank of the group: the world size
-    /// and this rank come from it. Every rank of it calls load_checkpoint_group with the same
-    /// checkpoint and options. The load issues collectives on it from the calling thread only.
-    void* communicator = nullptr;
-    std::vector<tp_rule> tp;
-    std::optional<group_layout> layout;
-    replicated_reads reads = replicated_reads::once_per_group;
-    /// 0: 64 MiB per rank of the group.
-    std::uint64_t chunk_bytes = 0;
-    tensor_selection select;
-    /// The GPU the tensors go to; -1: the communicator's device (ncclCommCuDevice).
-    int device = -1;
-    /// Convert floating-point tensors to this dtype (as checkpoint_load_options::as).
-    std::optional<dtype> as;
-    /// Caller-owned device destinations by tensor name (full shape for replicated tensors,
-    /// this rank's slice shape for sliced ones), as checkpoint_load_options::into.
-    std::map<std::string, array> into;
-    bool only_into = false;
-    bool strict_into = false;
-    route_choice route = route_choice::automatic;
-    /// Seconds any one collective may take before the load aborts the communicator and throws
-    /// group_timeout_error.
-    double timeout_seconds = 300;
-    /// The NCCL library to use (a soname or a path); "" is "libnccl.so.2" on the loader's
-    /// search path. It must be the library the communicator was made with.
-    std::string nccl_library;
-    /// Called on the calling thread after each chunk: replicated bytes done and in all.
-    progress_fn progress;
-};
-
-/// What one rank did.
-struct group_load_stats {
-    int rank = 0;
-    int world = 1;
-    std::uint64_t bytes_read = 0;             ///< file bytes this rank read
-    std::uint64_t replicated_bytes_read = 0;
-    std::uint64_t sliced_bytes_read = 0;
-    std::uint64_t bytes_received = 0;         ///< by broadcast
-    std::uint64_t bytes_sent = 0;
-    std::uint64_t bytes_from_other_nodes = 0;
-    std::size_t chunks = 0;
-    std::size_t requests = 0;                 ///< file reads issued
-    double seconds = 0;                       ///< the whole load
-    double read_seconds = 0;                  ///< in reads (on the reader thread)
-    double collective_seconds = 0;            ///< waiting for collectives
-};
-
-struct group_load {
-    std::vector<named_array> tensors;     ///< sorted by name; into= tensors are views of the caller's
-    group_plan plan;
-    group_load_stats stats;
-    std::vector<std::string> missing;     ///< only_into: destinations with no selected tensor
-    std::vector<std::string> unexpected;  ///< only_into: selected tensors with no destination
-};
-
-/// Loads `c` on this rank of the group of `options.communicator`; every rank calls it with the
-/// same checkpoint (the same headers: an agreement step compares them) and options. Tensors
-/// land in device memory of options.device: replicated ones whole on every rank, sliced ones as
-/// this rank's slice. Blocks until every byte has landed (collectives run on an internal
-/// stream, synchronized before returning). Throws usage_error (no communicator, NCCL cannot be
-/// loaded: the message names the library), group_load_error (any rank failed; the same on
-/// every rank), group_timeout_error.
-FERRY_EXPORT group_load load_checkpoint_group(const checkpoint& c, const group_load_options& options);
+/// The dimension a replicated tensor of this shape is cut along: the first one longer than 1,
+/// so that every run of its indices is one byte range of its file. -1 when there is none
+/// (scalars, all dimensions 1). Thread-safe.
+FERRY_EXPORT int group_split_dim(const std::vector<std::int64_t>& shape) noexcept;
 
 }  // namespace ferry

@@ -21,15 +21,9 @@
 #include "ferry/memory.hpp"
 #include "ferry/settings.hpp"
 #include "ferry/stats.hpp"
+#include "ferry/types.hpp"
 
 namespace ferry {
-
-enum class open_mode {
-    read,        ///< existing file, read only
-    write,       ///< create or truncate, write only
-    read_write,  ///< existing file, or created empty, read and write
-    append_write ///< create if missing, keep contents, write only (writes take explicit offsets)
-};
 
 /// How a read of this file into GPU memory will be served, and why (see `ferry doctor`).
 struct FERRY_EXPORT path_plan {

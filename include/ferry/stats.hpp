@@ -9,23 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/types.hpp"
+
 namespace ferry {
-
-/// The route bytes took between a file and memory.
-enum class io_path {
-    gds,            ///< cuFile with direct DMA (nvidia-fs loaded)
-    cufile_compat,  ///< cuFile in its own compatibility mode (POSIX I/O plus copies inside cuFile)
-    staged,         ///< ferry's pipelined pinned buffers, buffered reads
-    staged_direct,  ///< ferry's pipelined pinned buffers, O_DIRECT reads
-    host,           ///< parallel pread/pwrite straight into host memory
-    direct,         ///< O_DIRECT reads into host memory
-    count_
-};
-
-inline constexpr int io_path_count = static_cast<int>(io_path::count_);
-
-/// "gds", "cufile-compat", "staged", "staged+direct", "host", "direct".
-FERRY_EXPORT std::string_view to_string(io_path p);
 
 struct FERRY_EXPORT path_counters {
     std::uint64_t bytes = 0;

@@ -2,8 +2,8 @@
 broadcasts complete the replicated tensors.
 
 The plan is computed by libferry's ``ferry::plan_group`` (src/distributed/group_plan.cpp), the
-one implementation that the C++ NCCL group load and this package's torch.distributed group load
-both follow; this module gives its result Python names. A pure function of the checkpoint's
+one implementation, which this package's torch.distributed group load follows; this module
+gives its result Python names. A pure function of the checkpoint's
 tensor table (from the headers alone), the world (its size and, optionally, which node each
 rank is on and which node owns each file's storage) and the tensor-parallel rules: every rank
 computes the same plan from the same inputs, so the ranks agree on it without exchanging a

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "bind.hpp"
-#include "distributed/group_plan.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/convert.hpp"
 #include "ferry/dtype.hpp"
@@ -166,7 +165,7 @@ void bind_distributed(nb::module_& m) {
             return std::string(to_string(is_floating(*from) && can_astype(*from, to) ? to : *from));
         },
         "file_dtype"_a, "to"_a, "The dtype a tensor of file_dtype loads as under dtype=to.");
-    m.def("group_split_dim", &distributed::split_dim, "shape"_a,
+    m.def("group_split_dim", &group_split_dim, "shape"_a,
           "The dimension a replicated tensor is cut along (-1: none).");
     nb::class_<open_checkpoint_handle>(m, "OpenCheckpoint",
                                        "A checkpoint whose headers were read and validated once.")

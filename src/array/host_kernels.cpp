@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "array/float_bits.hpp"
+#include "cuda/float_bits.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::host_kernels {

@@ -4,37 +4,29 @@
 
 namespace ferry::detail {
 
-owned_stream owned_stream::create(const char* what) {
-    owned_stream s;
-    cuda_check(FERRY_CUDA(cudaStreamCreateWithFlags, &s.s_, cudaStreamNonBlocking), what);
-    return s;
+void release_stream(cudaStream_t s) noexcept {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
 }
 
-void owned_stream::reset() noexcept {
-    if (!s_) return;
-    cudaStreamSynchronize(s_);
-    cudaStreamDestroy(std::exchange(s_, nullptr));
+void release_event(cudaEvent_t e) noexcept { cudaEventDestroy(e); }
+
+void release_pinned(char* p) noexcept { unpin_host_memory(p); }
+
+owned_stream owned_stream::create(const char* what) {
+    cudaStream_t s = nullptr;
+    cuda_check(FERRY_CUDA(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking), what);
+    return owned_stream(s);
 }
 
 owned_event owned_event::create(const char* what) {
-    owned_event e;
-    cuda_check(FERRY_CUDA(cudaEventCreateWithFlags, &e.e_, cudaEventDisableTiming), what);
-    return e;
-}
-
-void owned_event::reset() noexcept {
-    if (e_) cudaEventDestroy(std::exchange(e_, nullptr));
+    cudaEvent_t e = nullptr;
+    cuda_check(FERRY_CUDA(cudaEventCreateWithFlags, &e, cudaEventDisableTiming), what);
+    return owned_event(e);
 }
 
 owned_pinned owned_pinned::allocate(std::size_t bytes, const char* what) {
-    owned_pinned o;
-    o.p_ = pin_host_memory(bytes, what);
-    return o;
-}
-
-void owned_pinned::reset() noexcept {
-    if (!p_) return;
-    unpin_host_memory(std::exchange(p_, nullptr));
+    return owned_pinned(pin_host_memory(bytes, what));
 }
 
 }  // namespace ferry::detail

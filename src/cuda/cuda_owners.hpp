@@ -1,5 +1,6 @@
-// Owners of CUDA resources: a stream, an event, a pinned host allocation. Move-only; the
-// destructor releases and ignores errors (it may run at process exit, with CUDA unloading).
+// Owners of CUDA resources: a stream, an event, a pinned host allocation. One template holds
+// the ownership rules (move-only; the destructor releases and ignores errors, since it may run
+// at process exit with CUDA unloading); each resource adds how it is made and released.
 // Creation goes through the fault-injection seam (FERRY_CUDA) and throws cuda_error.
 #pragma once
 
@@ -10,74 +11,58 @@
 
 namespace ferry::detail {
 
-class owned_stream {
+/// Owns one handle of type Handle (null: none) and gives it to Release once. Not thread-safe:
+/// one owner is used by one thread at a time.
+template <class Handle, void (*Release)(Handle) noexcept>
+class cuda_owner {
 public:
-    owned_stream() = default;
-    /// A non-blocking stream on the current device.
-    static owned_stream create(const char* what);
-    owned_stream(owned_stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-    owned_stream& operator=(owned_stream&& o) noexcept {
+    cuda_owner() = default;
+    explicit cuda_owner(Handle h) noexcept : h_(h) {}
+    cuda_owner(cuda_owner&& o) noexcept : h_(std::exchange(o.h_, Handle{})) {}
+    cuda_owner& operator=(cuda_owner&& o) noexcept {
         if (this != &o) {
             reset();
-            s_ = std::exchange(o.s_, nullptr);
+            h_ = std::exchange(o.h_, Handle{});
         }
         return *this;
     }
-    owned_stream(const owned_stream&) = delete;
-    owned_stream& operator=(const owned_stream&) = delete;
-    ~owned_stream() { reset(); }
-    cudaStream_t get() const noexcept { return s_; }
-    /// Waits for the stream's work, then destroys it.
-    void reset() noexcept;
+    cuda_owner(const cuda_owner&) = delete;
+    cuda_owner& operator=(const cuda_owner&) = delete;
+    ~cuda_owner() { reset(); }
+    Handle get() const noexcept { return h_; }
+    /// Releases the handle now (errors ignored); the owner is empty afterwards.
+    void reset() noexcept {
+        if (h_) Release(std::exchange(h_, Handle{}));
+    }
 
 private:
-    cudaStream_t s_ = nullptr;
+    Handle h_{};
 };
 
-class owned_event {
+/// Waits for the stream's work, then destroys it.
+void release_stream(cudaStream_t s) noexcept;
+void release_event(cudaEvent_t e) noexcept;
+void release_pinned(char* p) noexcept;
+
+class owned_stream : public cuda_owner<cudaStream_t, release_stream> {
 public:
-    owned_event() = default;
+    using cuda_owner::cuda_owner;
+    /// A non-blocking stream on the current device.
+    static owned_stream create(const char* what);
+};
+
+class owned_event : public cuda_owner<cudaEvent_t, release_event> {
+public:
+    using cuda_owner::cuda_owner;
     /// An event without timing.
     static owned_event create(const char* what);
-    owned_event(owned_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
-    owned_event& operator=(owned_event&& o) noexcept {
-        if (this != &o) {
-            reset();
-            e_ = std::exchange(o.e_, nullptr);
-        }
-        return *this;
-    }
-    owned_event(const owned_event&) = delete;
-    owned_event& operator=(const owned_event&) = delete;
-    ~owned_event() { reset(); }
-    cudaEvent_t get() const noexcept { return e_; }
-    void reset() noexcept;
-
-private:
-    cudaEvent_t e_ = nullptr;
 };
 
 /// Portable pinned host memory (pin_host_memory), counted in the process's pinned allocations.
-class owned_pinned {
+class owned_pinned : public cuda_owner<char*, release_pinned> {
 public:
-    owned_pinned() = default;
+    using cuda_owner::cuda_owner;
     static owned_pinned allocate(std::size_t bytes, const char* what);
-    owned_pinned(owned_pinned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-    owned_pinned& operator=(owned_pinned&& o) noexcept {
-        if (this != &o) {
-            reset();
-            p_ = std::exchange(o.p_, nullptr);
-        }
-        return *this;
-    }
-    owned_pinned(const owned_pinned&) = delete;
-    owned_pinned& operator=(const owned_pinned&) = delete;
-    ~owned_pinned() { reset(); }
-    char* get() const noexcept { return p_; }
-    void reset() noexcept;
-
-private:
-    char* p_ = nullptr;
 };
 
 }  // namespace ferry::detail

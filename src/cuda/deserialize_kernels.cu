@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string>
 
-#include "array/float_bits.hpp"
 #include "cuda/cuda_runtime.hpp"
+#include "cuda/float_bits.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::kernels {

@@ -25,13 +25,13 @@
 
 namespace ferry {
 
-namespace distributed {
-
-int split_dim(const std::vector<std::int64_t>& shape) noexcept {
+int group_split_dim(const std::vector<std::int64_t>& shape) noexcept {
     for (std::size_t d = 0; d < shape.size(); ++d)
         if (shape[d] > 1) return static_cast<int>(d);
     return -1;
 }
+
+namespace distributed {
 
 const tp_rule* rule_for(const std::vector<tp_rule>& rules, const std::string& name) {
     for (const auto& r : rules)
@@ -69,7 +69,6 @@ group_layout group_layout::uniform(int world, int ranks_per_node) {
 namespace {
 
 using distributed::row_bytes;
-using distributed::split_dim;
 
 // Rows [start, stop) along dim of one replicated tensor, as a chunk holds them.
 struct run_item {
@@ -94,7 +93,7 @@ std::vector<run> chunks_of(const checkpoint& c, const std::vector<std::size_t>& 
     std::uint64_t cur_bytes = 0;
     for (std::size_t idx : entries) {
         const checkpoint_tensor& t = c.tensors[idx];
-        int dim = split_dim(t.shape);
+        int dim = group_split_dim(t.shape);
         std::int64_t rows = dim >= 0 ? t.shape[static_cast<std::size_t>(dim)] : 1;
         std::uint64_t row = row_bytes(t, dim);
         if (t.bytes > chunk_bytes && dim >= 0 && rows > 1) {

@@ -1,5 +1,5 @@
 // The group planner's private helpers (the plan itself is ferry::plan_group in
-// include/ferry/distributed.hpp), shared by the executor and the Python binding.
+// include/ferry/distributed.hpp), shared with the plan's table tests.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +9,6 @@
 #include "ferry/distributed.hpp"
 
 namespace ferry::distributed {
-
-/// The dimension a replicated tensor is cut along: the first one longer than 1, so that every
-/// run of its indices is one byte range. -1 when there is none (scalars, all ones).
-int split_dim(const std::vector<std::int64_t>& shape) noexcept;
 
 /// The rule that makes `name` sliced: an exact pattern first, then the first matching glob;
 /// nullptr when the tensor is replicated.

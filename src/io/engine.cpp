@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_runtime.hpp"
+#include "lane_buffer_size.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
@@ -57,12 +58,10 @@ void release_at_exit() {
 }
 
 // Each of a lane's two buffers: what the settings ask for, within what the workers' staging
-// leaves under the staging memory limit (at least 64 KiB).
+// (as the pool took it) leaves under the staging memory limit.
 std::size_t lane_buffer_size(const staging_pool& pool, const settings& r) {
-    std::size_t used = r.threads * pool.buffers_per_worker() * pool.buffer_size();
-    std::size_t left = r.staging_memory_limit > used ? (r.staging_memory_limit - used) / (2 * std::max<std::size_t>(1, r.stream_lanes)) : 0;
-    std::size_t size = std::min(r.lane_buffer_size, left) / (64u << 10) * (64u << 10);
-    return std::max<std::size_t>(size, 64u << 10);
+    return fit_lane_buffer_size(r.lane_buffer_size, r.threads, pool.buffers_per_worker(), pool.buffer_size(),
+                                r.staging_memory_limit, r.stream_lanes);
 }
 }  // namespace
 

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "backend/source.hpp"
-#include "ferry/file.hpp"
+#include "ferry/memory.hpp"
+#include "ferry/settings.hpp"
+#include "ferry/types.hpp"
 #include "io/engine.hpp"
 #include "io/movers/mover.hpp"
 #include "io/planner.hpp"
@@ -30,6 +32,10 @@ namespace ferry::detail {
 
 /// A read either wants every byte or stops at the end of the source.
 enum class exactness { exact, up_to_end };
+
+/// Whether a plan weighs the stream lanes; `never` skips their rule (and its page-cache
+/// residency probe) for a caller that asks only whether cuFile would serve the file.
+enum class lane_use { allowed, never };
 
 /// One request as the engine sees it.
 struct request {
@@ -115,7 +121,7 @@ public:
     /// The route of a request of `n` bytes to or from memory of `kind`, with its reasons.
     /// Counts fallbacks; throws when the settings allow no usable route.
     /// `lanes` false leaves the stream lanes out of the choice (and their residency probe).
-    plan_result plan(memory_kind kind, std::size_t n, direction dir, bool lanes = true);
+    plan_result plan(memory_kind kind, std::size_t n, direction dir, lane_use lanes = lane_use::allowed);
     io_stats stats() const { return counters_.snapshot(); }
     void sync() const;
     void truncate(std::uint64_t size) const;

@@ -71,9 +71,8 @@ struct request_state {
 
 void file_impl::count(direction dir, io_path p, int route, std::uint64_t bytes, std::uint64_t ns,
                       std::uint64_t requests) {
-    const bool w = dir == direction::write;
-    counters_.add(w, p, route, bytes, ns, requests);
-    process_counter().add(w, p, route, bytes, ns, requests);
+    counters_.add(dir, p, route, bytes, ns, requests);
+    process_counter().add(dir, p, route, bytes, ns, requests);
 }
 
 request file_impl::prepare(direction dir, const void* mem, std::size_t n, std::uint64_t offset, exactness e) {

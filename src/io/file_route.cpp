@@ -71,7 +71,7 @@ source* file_impl::route_source(const route& r) {
     return s;
 }
 
-plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool lanes) {
+plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, lane_use lanes) {
     const bool local = source_->kind() == "posix";
     plan_facts f;
     f.memory = kind;
@@ -88,7 +88,7 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool
     f.gds_threshold = config_.gds_threshold;
     f.staging_buffers = engine_->staging().buffers_per_worker();
     f.staging_buffer_size = engine_->staging().buffer_size();
-    f.lanes = lanes ? engine_->lanes().count() : 0;
+    f.lanes = lanes == lane_use::allowed ? engine_->lanes().count() : 0;
     f.lane_buffer_size = engine_->lanes().buffer_size();
     f.lane_threshold = config_.lane_threshold;
     f.cached_fraction = [this] { return source_->cached_fraction(); };

@@ -123,7 +123,7 @@ std::future<std::size_t> submit_host_gathers(const std::vector<gather>& batch) {
 bool goes_to_cufile(file_impl& f) {
     // Otherwise the lanes carry the gather: their rule (with its residency probe, a mapping of
     // the file, for each of a zarr read's hundreds of chunk files) is not asked.
-    return f.plan(memory_kind::device, std::size_t(1) << 30, direction::read, false).chosen.how == mover::device_dma;
+    return f.plan(memory_kind::device, std::size_t(1) << 30, direction::read, lane_use::never).chosen.how == mover::device_dma;
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "array/float_bits.hpp"
+#include "cuda/float_bits.hpp"
 #include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 #include "test_util.hpp"

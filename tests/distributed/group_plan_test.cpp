@@ -70,7 +70,7 @@ std::uint64_t max_row(const checkpoint& c, const group_plan& p) {
     std::uint64_t m = 0;
     for (auto i : p.replicated) {
         const auto& t = c.tensors[i];
-        m = std::max(m, distributed::row_bytes(t, distributed::split_dim(t.shape)));
+        m = std::max(m, distributed::row_bytes(t, group_split_dim(t.shape)));
     }
     return m;
 }
@@ -178,7 +178,7 @@ group_plan plan(const checkpoint& c, int world, std::vector<tp_rule> tp = {}, st
 TEST(GroupPlan, SplitDimIsTheFirstDimensionLongerThanOne) {
     std::vector<std::pair<std::vector<std::int64_t>, int>> cases = {
         {{}, -1}, {{1}, -1}, {{1, 1, 5}, 2}, {{4, 3}, 0}, {{1, 7, 2}, 1}, {{0, 5}, 1}};
-    for (const auto& [shape, dim] : cases) EXPECT_EQ(distributed::split_dim(shape), dim) << shape_to_string(shape);
+    for (const auto& [shape, dim] : cases) EXPECT_EQ(group_split_dim(shape), dim) << shape_to_string(shape);
 }
 
 TEST(GroupPlan, ReadsEveryReplicatedByteOnceBalanced) {

@@ -62,7 +62,7 @@ TEST(registered_file, the_planner_reads_a_registered_file_by_dma_from_its_pages)
     host.memory = ferry::memory_kind::host;
     EXPECT_EQ(plan_route(host).chosen.how, mover::host);
     plan_facts write = device_read(true);
-    write.dir = direction::write;
+    write.dir = ferry::direction::write;
     EXPECT_NE(plan_route(write).chosen.source, "registered");
 }
 

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "backend/source.hpp"
+#include "ferry/types.hpp"
 #include "io/staging_pool.hpp"
 
 namespace ferry::detail {
@@ -22,8 +23,6 @@ enum class mover { host, staged, device_dma, lanes };
 
 /// "host", "staged", "device-dma", "lanes".
 std::string_view to_string(mover m);
-
-enum class direction { read, write };
 
 /// One task's piece of a request: `n` bytes at `offset` of the source, and the memory at
 /// `base + pos` (device DMA needs the request's base and the position inside it).
