@@ -1,7 +1,6 @@
 // The table of sources. A new source is one folder under backend/ and one line here.
 #include "backend/registry.hpp"
 
-#include <cctype>
 #include <mutex>
 
 #include "backend/cufile/cufile_source.hpp"
@@ -60,49 +59,29 @@ void register_scheme(scheme_entry entry) {
     t.schemes.push_back(std::move(entry));
 }
 
-std::string redact_location(std::string_view location) {
-    std::string s(location);
-    auto q = s.find('?');
-    if (q != std::string::npos) s = s.substr(0, q) + "?<redacted>";
-    auto scheme_end = s.find("://");
-    if (scheme_end == std::string::npos) return s;
-    auto host = scheme_end + 3;
-    auto slash = s.find('/', host);
-    auto at = s.rfind('@', slash == std::string::npos ? s.size() : slash);
-    if (at != std::string::npos && at >= host) s = s.substr(0, host) + "<redacted>@" + s.substr(at + 1);
-    return s;
+scheme_entry scheme_for(const location& where) {
+    std::string_view scheme = where.registry_scheme();
+    table& t = schemes();
+    std::lock_guard lock(t.mutex);
+    for (const auto& e : t.schemes)
+        if (e.scheme == scheme) return e;
+    return {};
 }
 
-std::string scheme_of(std::string_view location) {
-    auto at = location.find("://");
-    if (at == std::string_view::npos || at == 0) return "file";
-    for (char c : location.substr(0, at))
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.')) return "file";
-    std::string s(location.substr(0, at));
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-std::unique_ptr<source> open_source(const std::string& location, open_mode mode, const settings& s) {
-    std::string scheme = scheme_of(location);
-    scheme_entry entry;
-    {
-        table& t = schemes();
-        std::lock_guard lock(t.mutex);
-        for (const auto& e : t.schemes)
-            if (e.scheme == scheme) entry = e;
-    }
+std::unique_ptr<source> open_source(const location& where, open_mode mode, const settings& s) {
+    std::string_view scheme = where.registry_scheme();
+    scheme_entry entry = scheme_for(where);
     if (!entry.open) {
         std::string known;
         for (const auto& k : registered_schemes()) known += (known.empty() ? "" : ", ") + k;
-        throw usage_error("no source is registered for scheme \"" + scheme + "\" (known: " + known + "): " +
-                          redact_location(location));
+        throw usage_error("no source is registered for scheme \"" + std::string(scheme) + "\" (known: " + known +
+                          "): " + where.shown());
     }
     if (entry.unavailable) {
         std::string no = entry.unavailable(s);
-        if (!no.empty()) throw usage_error(entry.kind + " source unavailable: " + no + ": " + redact_location(location));
+        if (!no.empty()) throw usage_error(entry.kind + " source unavailable: " + no + ": " + where.shown());
     }
-    return entry.open(location, mode, s);
+    return entry.open(where, mode, s);
 }
 
 std::string source_unavailable(std::string_view kind, const settings& s) {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
 #include "ferry/settings.hpp"
@@ -17,7 +18,7 @@
 namespace ferry::detail {
 
 /// Opens a source at a location; throws the error of what failed, naming the location.
-using source_opener = std::function<std::unique_ptr<source>(const std::string& location, open_mode mode,
+using source_opener = std::function<std::unique_ptr<source>(const location& where, open_mode mode,
                                                             const settings& s)>;
 /// Why a kind of source cannot be used in this process with these settings; "" when it can.
 using source_availability = std::function<std::string(const settings& s)>;
@@ -32,16 +33,13 @@ struct scheme_entry {
 /// Adds or replaces the opener of `entry.scheme`. Thread safe.
 void register_scheme(scheme_entry entry);
 
-/// `location` fit for a message: user information and query strings (credentials, signatures)
-/// replaced by "<redacted>".
-std::string redact_location(std::string_view location);
+/// Opens `where` through the opener of its scheme (location::registry_scheme()). Throws
+/// usage_error for an unknown scheme, and an unavailable kind's reason as usage_error too.
+std::unique_ptr<source> open_source(const location& where, open_mode mode, const settings& s);
 
-/// The scheme of a location: what precedes "://", or "file" for a plain path.
-std::string scheme_of(std::string_view location);
-
-/// Opens `location` through the opener of its scheme. Throws usage_error for an unknown scheme,
-/// and an unavailable kind's reason as usage_error too.
-std::unique_ptr<source> open_source(const std::string& location, open_mode mode, const settings& s);
+/// The entry of `where`'s scheme (a copy: the table may change meanwhile); an entry without an
+/// opener when no source is registered for it.
+scheme_entry scheme_for(const location& where);
 
 /// Why sources of `kind` cannot be used ("" when they can, or when the kind is unknown). The
 /// planner and the doctor both ask here. Kinds: every registered scheme's, plus the local

@@ -19,7 +19,7 @@
 #include <system_error>
 
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/s3_bucket.hpp"
 #include "checkpoint/index_json.hpp"
 #include "checkpoint/side_by_side.hpp"
@@ -32,11 +32,9 @@ namespace ferry {
 
 namespace checkpoints {
 
-bool is_url(const std::string& location) { return !detail::url_scheme(location).empty(); }
+bool is_url(const std::string& location) { return detail::location(location).is_url(); }
 
-std::string shown(const std::string& location) {
-    return is_url(location) ? detail::redact_url(location) : location;
-}
+std::string shown(const std::string& location) { return detail::location(location).shown(); }
 
 }  // namespace checkpoints
 
@@ -176,8 +174,7 @@ public:
             dir_ = fs::path(index_path).parent_path();
             return;
         }
-        std::string scheme = detail::url_scheme(index_path);
-        s3_ = scheme == "s3";
+        s3_ = detail::location(index_path).scheme() == "s3";
         std::string base = index_path;
         if (!s3_) {  // an S3 key may hold '?'; an http(s) URL's query is no part of the path
             auto q = base.find('?');
@@ -300,11 +297,10 @@ bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail
 // A prefix (ending in '/'): its index, else for S3 its *.safetensors objects (listed), else for
 // http(s) its model.safetensors (an HTTP prefix cannot be listed).
 checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source) {
-    const std::string scheme = detail::url_scheme(prefix);
-    if (scheme == "s3") {
+    if (detail::location(prefix).scheme() == "s3") {
         std::vector<detail::s3_entry> entries;
         try {
-            entries = detail::list_s3_prefix(prefix, settings::global());
+            entries = detail::list_s3_prefix(detail::location(prefix), settings::global());
         } catch (const remote_error& e) {
             // Reading without s3:ListBucket is common (GetObject only): then the index is the way in.
             if (e.status() != 403) throw;
@@ -351,12 +347,12 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
 // A URL: an index ("*.json"), a prefix ("/" at the end, a bucket, or a last segment without a
 // dot), or one safetensors object.
 checkpoint open_remote(const std::string& source) {
-    const std::string scheme = detail::url_scheme(source);
+    const detail::location where(source);
+    const bool s3 = where.scheme() == "s3";
     // (An s3:// URL without a bucket is refused where it is parsed.)
-    if (scheme != "s3" && detail::url_host(source).empty())
-        throw usage_error("the URL has no host: " + detail::redact_url(source));
+    if (!s3 && where.host().empty()) throw usage_error("the URL has no host: " + where.shown());
     std::string base = source, query;
-    if (scheme != "s3") {
+    if (!s3) {
         auto q = base.find('?');
         if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
     }

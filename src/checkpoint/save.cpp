@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/s3_bucket.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
@@ -24,11 +24,11 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                                          const std::map<std::string, std::string>& metadata) {
     namespace fs = std::filesystem;
     if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
-    const std::string scheme = detail::url_scheme(folder);
-    const bool remote = !scheme.empty();
-    if (remote && scheme != "s3")
-        throw usage_error("save_checkpoint: " + scheme + ":// is read only; a checkpoint is saved to a folder or "
-                          "an s3:// prefix: " + detail::redact_url(folder));
+    const detail::location where(folder);
+    const bool remote = where.is_url();
+    if (remote && where.scheme() != "s3")
+        throw usage_error("save_checkpoint: " + where.scheme() + ":// is read only; a checkpoint is saved to a folder or "
+                          "an s3:// prefix: " + where.shown());
     std::error_code ec;
     if (!remote) {
         fs::create_directories(folder, ec);
@@ -61,7 +61,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
     std::map<std::string, std::string> shard_meta = metadata;
     shard_meta.emplace("format", "pt");
     const std::string index = under("model.safetensors.index.json");
-    if (remote) detail::delete_s3_object(index, settings::global());
+    if (remote) detail::delete_s3_object(detail::location(index), settings::global());
     else if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
         throw system_error(ec.value(), "remove", {index, 0, 0});
 

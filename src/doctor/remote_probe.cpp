@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/s3_bucket.hpp"
 #include "backend/s3/s3_source.hpp"
 
@@ -64,18 +64,19 @@ double read_rate(detail::source& src, std::uint64_t n, std::size_t threads, std:
 }  // namespace
 
 bool is_remote_location(const std::string& location) {
-    std::string s = detail::url_scheme(location);
+    const std::string& s = detail::location(location).scheme();
     return s == "http" || s == "https" || s == "s3";
 }
 
 json probe_remote(const std::string& location, const settings& config) {
     settings s = config.resolved();
     json p;
-    p["path"] = detail::redact_url(location);
+    p["path"] = detail::shown_location(location);
     p["remote"] = true;
     p["type"] = "remote object";
     p["exists"] = false;
-    std::string scheme = detail::url_scheme(location);
+    const detail::location where(location);
+    const std::string& scheme = where.scheme();
     p["scheme"] = scheme;
     json plan;
     plan["concurrency"] = s.remote_concurrency;
@@ -89,7 +90,7 @@ json probe_remote(const std::string& location, const settings& config) {
     std::string object = location;
     try {
         if (scheme == "s3") {
-            auto l = detail::resolve_s3_location(location, {}, detail::process_environment(), s);
+            auto l = detail::resolve_s3_location(where, {}, detail::process_environment(), s);
             p["endpoint"] = l.endpoint;
             p["endpoint_source"] = l.endpoint_source;
             p["region"] = l.region;
@@ -119,7 +120,7 @@ json probe_remote(const std::string& location, const settings& config) {
                 std::string first = xml_field(r.body, "Key");
                 // What a checkpoint load would find there (the index, else the shards).
                 try {
-                    auto entries = detail::list_s3_prefix("s3://" + l.bucket + "/" + l.key, s);
+                    auto entries = detail::list_s3_prefix(detail::location("s3://" + l.bucket + "/" + l.key), s);
                     std::size_t shards = 0;
                     bool index = false;
                     for (const auto& e : entries) {
@@ -140,15 +141,15 @@ json probe_remote(const std::string& location, const settings& config) {
                 p["probed_object"] = object;
             }
         } else {
-            p["endpoint"] = detail::redact_url(location.substr(0, location.find('/', location.find("://") + 3)));
+            p["endpoint"] = detail::shown_location(where.scheme() + "://" + std::string(where.authority()));
             p["credentials"] = "none (plain or presigned URL)";
         }
         settings quick = s;
         quick.remote_retries = std::min<std::size_t>(s.remote_retries, 2);
         auto t0 = clock_type::now();
         std::unique_ptr<detail::source> src =
-            scheme == "s3" ? detail::open_s3_source(object, open_mode::read, quick)
-                           : detail::open_http_source(object, open_mode::read, quick);
+            scheme == "s3" ? detail::open_s3_source(detail::location(object), open_mode::read, quick)
+                           : detail::open_http_source(detail::location(object), open_mode::read, quick);
         double open_ms = seconds_since(t0) * 1e3;
         p["exists"] = true;
         p["size_bytes"] = src->size();

@@ -83,7 +83,7 @@ TEST_F(chain_test, aws_profile_picks_a_profile_and_config_gives_region_and_endpo
     EXPECT_EQ(c.access_key, "AKIADEV");
     EXPECT_NE(c.source.find("profile dev"), std::string::npos);
     EXPECT_EQ(detail::resolve_aws_region({}, env_.lookup()), "eu-west-3");
-    auto l = detail::resolve_s3_location("s3://bucket/a/b c.bin", {}, env_.lookup(), settings{});
+    auto l = detail::resolve_s3_location(detail::location("s3://bucket/a/b c.bin"), {}, env_.lookup(), settings{});
     EXPECT_EQ(l.endpoint, "http://127.0.0.1:9");
     EXPECT_EQ(l.endpoint_source, "profile dev");
     EXPECT_TRUE(l.path_style);
@@ -251,21 +251,21 @@ TEST_F(chain_test, endpoints_and_addressing_styles) {
     env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENV";
     env_.vars["AWS_SECRET_ACCESS_KEY"] = "env-secret";
     env_.vars["AWS_REGION"] = "ap-south-1";
-    auto l = detail::resolve_s3_location("s3://my-bucket/k/x.bin", {}, env_.lookup(), settings{});
+    auto l = detail::resolve_s3_location(detail::location("s3://my-bucket/k/x.bin"), {}, env_.lookup(), settings{});
     EXPECT_FALSE(l.path_style);
     EXPECT_EQ(l.object_url, "https://my-bucket.s3.ap-south-1.amazonaws.com/k/x.bin");
-    auto dotted = detail::resolve_s3_location("s3://my.bucket/x", {}, env_.lookup(), settings{});
+    auto dotted = detail::resolve_s3_location(detail::location("s3://my.bucket/x"), {}, env_.lookup(), settings{});
     EXPECT_EQ(dotted.object_url, "https://s3.ap-south-1.amazonaws.com/my.bucket/x");
     env_.vars["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1";
     env_.vars["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:2";
-    auto custom = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), settings{});
+    auto custom = detail::resolve_s3_location(detail::location("s3://b/x"), {}, env_.lookup(), settings{});
     EXPECT_EQ(custom.object_url, "http://127.0.0.1:2/b/x");
     EXPECT_EQ(custom.endpoint_source, "AWS_ENDPOINT_URL_S3");
     settings s;
     s.s3_addressing = "virtual";
-    auto virt = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), s);
+    auto virt = detail::resolve_s3_location(detail::location("s3://b/x"), {}, env_.lookup(), s);
     EXPECT_EQ(virt.object_url, "http://b.127.0.0.1:2/x");
-    EXPECT_THROW(detail::resolve_s3_location("s3:///x", {}, env_.lookup(), s), usage_error);
+    EXPECT_THROW(detail::resolve_s3_location(detail::location("s3:///x"), {}, env_.lookup(), s), usage_error);
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ protected:
         settings s;
         s.remote_retries = 2;
         s.remote_retry_delay_ms = 5;
-        auto src = detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+        auto src = detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
         auto& s3 = dynamic_cast<detail::s3_source&>(*src);
         auto expect = pattern(size_, 0, 3);
         std::vector<std::uint8_t> got(chunk_);
@@ -173,7 +173,7 @@ TEST_F(refresh_test, static_keys_are_not_renewed) {
     s.remote_retries = 1;
     s.remote_retry_delay_ms = 1;
     try {
-        detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+        detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
         FAIL() << "an unknown key was served";
     } catch (const remote_error& e) {
         EXPECT_EQ(e.status(), 400);
@@ -189,7 +189,7 @@ TEST_F(refresh_test, objects_of_one_chain_share_their_credentials) {
                           dir_ / "obj.bin", "--base-key", "AKIABASE"});
     auto env = links(server)["ROLE"];
     settings s;
-    for (int i = 0; i < 5; ++i) detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+    for (int i = 0; i < 5; ++i) detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
     EXPECT_EQ(server_stats(server)["issued"]["ROLE"].get<int>(), 1);
 }
 

@@ -77,8 +77,8 @@ private:
     bool closed_ = false;
 };
 
-std::unique_ptr<source> open_memory_source(const std::string& location, open_mode mode, const settings&) {
-    return std::make_unique<memory_source>(location, mode);
+std::unique_ptr<source> open_memory_source(const detail::location& where, open_mode mode, const settings&) {
+    return std::make_unique<memory_source>(where.text(), mode);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 #include "os/fork_safe_mutex.hpp"
 #include "stop.hpp"
@@ -315,7 +315,7 @@ http_client::http_client(const settings& s) : settings_(s.resolved()) { shared()
 http_response http_client::perform(const http_request& request, const http_auth& auth) {
     http_response response;
     const std::string key = authority_of(request.url);
-    throw_if_stopped(redact_url(request.url));
+    throw_if_stopped(shown_location(request.url));
     pooled ph = acquire(key);
     CURL* h = ph.easy;
     if (!h) {
@@ -405,7 +405,7 @@ http_response http_client::perform(const http_request& request, const http_auth&
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     curl_slist_free_all(headers);
     release(key, ph);
-    if (stopped) throw interrupted_error("interrupted: " + request.method + " " + redact_url(request.url));
+    if (stopped) throw interrupted_error("interrupted: " + request.method + " " + shown_location(request.url));
     return response;
 }
 

@@ -5,7 +5,7 @@
 
 #include "backend/http/http_client.hpp"
 #include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/s3_location.hpp"
 #include "ferry/error.hpp"
 
@@ -85,7 +85,7 @@ http_response signed_request(const s3_location& l, http_client& c, http_request 
 
 }  // namespace
 
-std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& config, bool direct_only,
+std::vector<s3_entry> list_s3_prefix(const location& prefix, const settings& config, bool direct_only,
                                      const s3_options& o, const env_lookup& env) {
     settings s = config.resolved();
     s3_location l = resolve_s3_location(prefix, o, env, s);
@@ -120,10 +120,10 @@ std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& 
     throw remote_error(0, l.location, "the listing did not end after 100000 pages", l.auth.label);
 }
 
-void delete_s3_object(const std::string& location, const settings& config, const s3_options& o,
+void delete_s3_object(const location& where, const settings& config, const s3_options& o,
                       const env_lookup& env) {
     settings s = config.resolved();
-    s3_location l = resolve_s3_location(location, o, env, s);
+    s3_location l = resolve_s3_location(where, o, env, s);
     if (l.key.empty()) throw usage_error("an s3:// location to delete needs an object key: " + l.location);
     http_client client(s);
     http_request rq;

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
