@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/http/http_source.hpp"
+#include "backend/http/xml_field.hpp"
 #include "backend/location.hpp"
 #include "backend/s3/s3_bucket.hpp"
 #include "backend/s3/s3_source.hpp"
@@ -30,14 +31,6 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
 
 double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 // Reads [0, n) with `threads` workers in `range`-byte GETs; GB/s.
@@ -117,7 +110,7 @@ json probe_remote(const std::string& location, const settings& config) {
                     return p;
                 }
                 p["exists"] = true;
-                std::string first = xml_field(r.body, "Key");
+                std::string first = detail::xml_field(r.body, "Key");
                 // What a checkpoint load would find there (the index, else the shards).
                 try {
                     auto entries = detail::list_s3_prefix(detail::location("s3://" + l.bucket + "/" + l.key), s);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "backend/http/xml_field.hpp"
 #include "backend/location.hpp"
 #include "log.hpp"
 
@@ -37,14 +38,6 @@ content_range parse_content_range(std::string_view h) {
     }
     r.valid = true;
     return r;
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 bool weak(const std::string& etag) { return etag.rfind("W/", 0) == 0; }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/http/http_client.hpp"
+#include "backend/http/xml_field.hpp"
 #include "backend/location.hpp"
 #include "ferry/error.hpp"
 
@@ -33,14 +34,6 @@ std::string read_text(const std::string& path) {
     std::string s = ss.str();
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
     return s;
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 // Metadata endpoints answer fast or not at all (169.254.x.x off a cloud is a black hole).
