@@ -5,8 +5,10 @@
 
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/http/http_source.hpp"
+#include "backend/http/http_store.hpp"
 #include "backend/posix/posix_source.hpp"
 #include "backend/s3/s3_source.hpp"
+#include "backend/s3/s3_store.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
@@ -16,9 +18,10 @@ namespace {
 std::vector<scheme_entry> built_in() {
     return {
         {"file", "posix", open_local_file, {}},
-        {"http", "http", open_http_source, {}},
-        {"https", "http", open_http_source, {}},
-        {"s3", "s3", open_s3_source, {}},
+        {"http", "http", open_http_source, {}, http_store()},
+        {"https", "http", open_http_source, {}, http_store()},
+        {"s3", "s3", open_s3_source, {}, s3_store(), object_naming::literal_key,
+         write_publication::whole_at_sync},
     };
 }
 

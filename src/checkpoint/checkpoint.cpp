@@ -19,8 +19,7 @@
 #include <system_error>
 
 
-#include "backend/location.hpp"
-#include "backend/s3/s3_bucket.hpp"
+#include "backend/registry.hpp"
 #include "checkpoint/index_json.hpp"
 #include "checkpoint/side_by_side.hpp"
 #include "ferry/error.hpp"
@@ -174,9 +173,10 @@ public:
             dir_ = fs::path(index_path).parent_path();
             return;
         }
-        s3_ = detail::location(index_path).scheme() == "s3";
+        const detail::location where(index_path);
+        literal_ = detail::scheme_for(where).naming == detail::object_naming::literal_key;
         std::string base = index_path;
-        if (!s3_) {  // an S3 key may hold '?'; an http(s) URL's query is no part of the path
+        if (!literal_) {  // a key (s3) may hold '?'; a URL's query is no part of its path
             auto q = base.find('?');
             if (q != std::string::npos) query_ = base.substr(q), base = base.substr(0, q);
         }
@@ -196,12 +196,12 @@ public:
     }
     std::string operator()(const std::string& name) const {
         if (!remote_) return (dir_ / name).string();
-        // s3:// keys are encoded when the request is made; http(s) paths are encoded here.
-        return base_ + (s3_ ? name : detail::uri_encode(name, true)) + query_;
+        // Keys (s3://) are encoded when the request is made; URL paths (http(s)) are encoded here.
+        return base_ + (literal_ ? name : detail::uri_encode(name, true)) + query_;
     }
 
 private:
-    bool remote_ = false, s3_ = false;
+    bool remote_ = false, literal_ = false;
     fs::path dir_;
     std::string base_, query_;
 };
@@ -294,24 +294,23 @@ checkpoint open_files(std::vector<std::string> files, const std::string& source)
 
 bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
 
-// A prefix (ending in '/'): its index, else for S3 its *.safetensors objects (listed), else for
-// http(s) its model.safetensors (an HTTP prefix cannot be listed).
+// A prefix (ending in '/'): its index, else, where the store lists (s3), its *.safetensors
+// objects, else (http(s)) its model.safetensors (an HTTP prefix cannot be listed).
 checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source) {
-    if (detail::location(prefix).scheme() == "s3") {
-        std::vector<detail::s3_entry> entries;
+    const detail::location where(prefix);
+    if (const auto list = detail::scheme_for(where).operations.list) {
+        std::vector<detail::listed_object> entries;
         try {
-            entries = detail::list_s3_prefix(detail::location(prefix), settings::global());
+            entries = list(where, settings::global());
         } catch (const remote_error& e) {
             // Reading without s3:ListBucket is common (GetObject only): then the index is the way in.
             if (e.status() != 403) throw;
             return open_index(prefix + index_name, source);
         }
-        const std::string bucket_and_key = prefix.substr(5);
-        const std::string key_prefix = bucket_and_key.substr(bucket_and_key.find('/') + 1);
         std::vector<std::string> indexes, files;
         bool has_default_index = false;
         for (const auto& e : entries) {
-            std::string name = e.key.substr(std::min(e.key.size(), key_prefix.size()));
+            const std::string& name = e.name;
             if (name == index_name) has_default_index = true;
             if (ends_with(name, ".safetensors.index.json")) indexes.push_back(prefix + name);
             else if (ends_with(name, ".safetensors")) files.push_back(prefix + name);
@@ -348,11 +347,11 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
 // dot), or one safetensors object.
 checkpoint open_remote(const std::string& source) {
     const detail::location where(source);
-    const bool s3 = where.scheme() == "s3";
+    const bool keys = detail::scheme_for(where).naming == detail::object_naming::literal_key;
     // (An s3:// URL without a bucket is refused where it is parsed.)
-    if (!s3 && where.host().empty()) throw usage_error("the URL has no host: " + where.shown());
+    if (!keys && where.host().empty()) throw usage_error("the URL has no host: " + where.shown());
     std::string base = source, query;
-    if (!s3) {
+    if (!keys) {  // a key may hold '?'; a URL's query is no part of its path
         auto q = base.find('?');
         if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
     }
