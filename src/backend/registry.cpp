@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backend/cufile/cufile_handle.hpp"
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/http/http_source.hpp"
 #include "backend/http/http_store.hpp"
@@ -29,10 +30,11 @@ std::vector<scheme_entry> built_in() {
 struct kind_entry {
     const char* kind;
     std::string (*unavailable)(const settings&);
+    int (*register_fd)(int fd);  ///< null: the kind registers nothing
 };
 const kind_entry alternatives[] = {
-    {"direct", nullptr},
-    {"cufile", cufile_unavailable},
+    {"direct", nullptr, nullptr},
+    {"cufile", cufile_unavailable, [](int fd) { return cufile_handle(fd).status(); }},
 };
 
 struct table {
@@ -98,6 +100,12 @@ std::string source_unavailable(std::string_view kind, const settings& s) {
             if (e.kind == kind && e.unavailable) check = e.unavailable;
     }
     return check ? check(s) : std::string();
+}
+
+int register_probe(std::string_view kind, int fd) {
+    for (const auto& a : alternatives)
+        if (kind == a.kind && a.register_fd) return a.register_fd(fd);
+    return 0;
 }
 
 std::vector<std::string> registered_schemes() {

@@ -91,6 +91,11 @@ scheme_entry scheme_for(const location& where);
 /// file's alternatives "direct" and "cufile".
 std::string source_unavailable(std::string_view kind, const settings& s);
 
+/// For the doctor: registers the open descriptor `fd` with the local file's alternative `kind`
+/// as that source would (cufile: cuFileHandleRegister) and releases it at once. The status code
+/// of the registration: 0 when it registered (and for kinds that register nothing).
+int register_probe(std::string_view kind, int fd);
+
 /// The registered schemes, in registration order (for messages and `ferry doctor`).
 std::vector<std::string> registered_schemes();
 
