@@ -106,7 +106,7 @@ TEST_F(chain_test, a_named_profile_that_does_not_exist_is_an_error) {
 }
 
 TEST_F(chain_test, web_identity_asks_sts) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--web-token", "jwt-123"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--web-token", "jwt-123"});
     write("token", "jwt-123\n");
     env_.vars["AWS_WEB_IDENTITY_TOKEN_FILE"] = home_ / "token";
     env_.vars["AWS_ROLE_ARN"] = "arn:aws:iam::123456789012:role/ferry";
@@ -128,7 +128,7 @@ TEST_F(chain_test, web_identity_asks_sts) {
 }
 
 TEST_F(chain_test, the_container_endpoint_with_its_authorization_token) {
-    python_server endpoint({backend_test_dir() + "/credential_server.py", "--auth", "Bearer abc"});
+    python_server endpoint({backend_test_dir() + "/s3/credential_server.py", "--auth", "Bearer abc"});
     env_.vars["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = endpoint.url("/container/creds");
     write("auth", "Bearer abc");
     env_.vars["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] = home_ / "auth";
@@ -140,7 +140,7 @@ TEST_F(chain_test, the_container_endpoint_with_its_authorization_token) {
 }
 
 TEST_F(chain_test, instance_metadata_v2) {
-    python_server imds({backend_test_dir() + "/credential_server.py"});
+    python_server imds({backend_test_dir() + "/s3/credential_server.py"});
     env_.vars.erase("AWS_EC2_METADATA_DISABLED");
     env_.vars["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url("/");
     auto c = resolve();
@@ -150,7 +150,7 @@ TEST_F(chain_test, instance_metadata_v2) {
 }
 
 TEST_F(chain_test, a_role_profile_assumes_its_role_with_the_source_profile) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIABASE"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--base-key", "AKIABASE"});
     write(".aws/credentials", "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = base-secret\n");
     write(".aws/config", "[profile mid]\nrole_arn = arn:aws:iam::1:role/mid\nsource_profile = base\n"
                          "[profile dev]\nrole_arn = arn:aws:iam::1:role/dev\nsource_profile = mid\n"
@@ -196,7 +196,7 @@ TEST_F(chain_test, role_profiles_that_cannot_work_say_why) {
 }
 
 TEST_F(chain_test, credential_source_environment_needs_both_keys) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIAENVBASE"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--base-key", "AKIAENVBASE"});
     write(".aws/config", "[profile ci]\nrole_arn = arn:aws:iam::1:role/ci\ncredential_source = Environment\n");
     env_.vars["AWS_PROFILE"] = "ci";
     env_.vars["AWS_ENDPOINT_URL_STS"] = sts.url();

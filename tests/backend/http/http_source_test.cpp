@@ -171,7 +171,7 @@ protected:
     static void SetUpTestSuite() {
         dir_ = new temp_dir();
         write_pattern_file(*dir_ / "object.bin", size_, 3);
-        server_ = new python_server({backend_test_dir() + "/fault_server.py", "--file", *dir_ / "object.bin"});
+        server_ = new python_server({backend_test_dir() + "/http/fault_server.py", "--file", *dir_ / "object.bin"});
     }
     static void TearDownTestSuite() {
         delete server_;

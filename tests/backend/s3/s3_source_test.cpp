@@ -70,7 +70,7 @@ protected:
         dir_ = nullptr;
     }
     static std::string admin(const std::string& args) {
-        return run(python() + " " + backend_test_dir() + "/moto_admin.py " + server_->endpoint() + " " + args);
+        return run(python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server_->endpoint() + " " + args);
     }
     std::map<std::string, std::string> env_vars() const {
         return {{"HOME", dir_->path()},
@@ -238,7 +238,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
     FERRY_NEED_SERVER(moto_missing());
     moto_server server;
     auto admin = [&](const std::string& args) {
-        return run(python() + " " + backend_test_dir() + "/moto_admin.py " + server.endpoint() + " " + args);
+        return run(python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server.endpoint() + " " + args);
     };
     temp_dir dir;
     write_pattern_file(dir / "o.bin", 100000, 9);

@@ -102,7 +102,7 @@ protected:
 
 // Keys that live 2 s, a read of 4.5 s: renewed ahead of time, no request ever refused.
 TEST_F(refresh_test, each_link_renews_before_expiry) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "2", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "2", "--object",
                           dir_ / "obj.bin", "--web-token", "jwt-1", "--base-key", "AKIABASE"});
     auto envs = links(server);
     std::map<std::string, std::pair<std::string, std::uint64_t>> result;
@@ -140,7 +140,7 @@ TEST_F(refresh_test, each_link_renews_before_expiry) {
 // The server drops keys after 1 s although their Expiration says 60 s (a clock ahead of ours):
 // the reader hears ExpiredToken, renews at once and goes on.
 TEST_F(refresh_test, an_expired_answer_renews_at_once) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "60", "--enforce", "1",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "60", "--enforce", "1",
                           "--object", dir_ / "obj.bin", "--web-token", "jwt-1", "--base-key", "AKIABASE"});
     auto envs = links(server);
     std::map<std::string, std::string> failure;
@@ -165,7 +165,7 @@ TEST_F(refresh_test, an_expired_answer_renews_at_once) {
 
 // Static keys never renew; a refused request with them is an error naming the link.
 TEST_F(refresh_test, static_keys_are_not_renewed) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "2", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "2", "--object",
                           dir_ / "obj.bin"});
     env_map env = {{"HOME", dir_ / "home"}, {"AWS_ENDPOINT_URL", server.url()}, {"AWS_EC2_METADATA_DISABLED", "true"},
                    {"AWS_ACCESS_KEY_ID", "AKIASTATIC"}, {"AWS_SECRET_ACCESS_KEY", "static-secret"}};
@@ -185,7 +185,7 @@ TEST_F(refresh_test, static_keys_are_not_renewed) {
 
 // One signer for every object of one chain: a checkpoint's shards ask STS once.
 TEST_F(refresh_test, objects_of_one_chain_share_their_credentials) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "600", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "600", "--object",
                           dir_ / "obj.bin", "--base-key", "AKIABASE"});
     auto env = links(server)["ROLE"];
     settings s;
