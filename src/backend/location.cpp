@@ -72,12 +72,16 @@ std::string_view location::rest() const noexcept {
     return is_url() ? std::string_view(text_).substr(authority_) : std::string_view(text_);
 }
 
-std::string location::shown() const {
-    if (!is_url()) return text_;
+std::string location::origin() const {
+    if (!is_url()) return {};
     std::string_view a = authority();
     if (auto at = a.rfind('@'); at != std::string_view::npos) a = a.substr(at + 1);
-    std::string out = std::string(text_, 0, authority_);
-    out += a;
+    return std::string(text_, 0, authority_) + std::string(a);
+}
+
+std::string location::shown() const {
+    if (!is_url()) return text_;
+    std::string out = origin();
     out += path();
     if (query_ >= end_) return out;
     std::string_view query = this->query();

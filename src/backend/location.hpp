@@ -47,6 +47,9 @@ public:
     std::string_view query() const noexcept;
     /// Everything after "scheme://", as given: an S3 key may hold a literal '?' or '#'.
     std::string_view rest() const noexcept;
+    /// "scheme://host[:port]" as given, without userinfo (a connection's key, an endpoint in a
+    /// report); "" for a plain path.
+    std::string origin() const;
 
     /// The location fit for a message, log line, stat or report (see above).
     std::string shown() const;

@@ -355,7 +355,7 @@ checkpoint open_remote(const std::string& source) {
         auto q = base.find('?');
         if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
     }
-    const std::size_t path_start = base.find('/', base.find("://") + 3);
+    const std::size_t path_start = base.find('/', source.size() - where.rest().size());  // after "scheme://"
     if (path_start == std::string::npos) return open_prefix(base + "/", query, source);  // a host or a bucket
     if (ends_with(base, ".json")) return open_index(source, source);
     if (base.back() == '/') return open_prefix(base, query, source);

@@ -34,6 +34,8 @@ TEST(location, a_url_splits_into_scheme_authority_path_and_query) {
     EXPECT_EQ(location("http://[::1]:8080/a").host(), "[::1]");
     EXPECT_EQ(location("http://h?x=1").path(), "");
     EXPECT_EQ(location("http://h?x=1").query(), "x=1");
+    EXPECT_EQ(location("HTTP://u:p@h:8/a?b").origin(), "HTTP://h:8");
+    EXPECT_EQ(location("/a/b").origin(), "");
     for (const char* none : {"http://", "http:///a.npy", "http://:80/a", "http://u@/a"})
         EXPECT_EQ(location(none).host(), "") << none;
 }

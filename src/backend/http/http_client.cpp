@@ -82,13 +82,8 @@ handle_pool& pool() {
 
 // "scheme://host:port" of a URL (userinfo dropped), the key of the pool.
 std::string authority_of(const std::string& url) {
-    auto sep = url.find("://");
-    if (sep == std::string::npos) return url;
-    auto end = url.find_first_of("/?#", sep + 3);
-    std::string a = url.substr(0, end);
-    auto at = a.rfind('@');
-    if (at != std::string::npos && at > sep) a = a.substr(0, sep + 3) + a.substr(at + 1);
-    return a;
+    const location where(url);
+    return where.is_url() ? where.origin() : url;
 }
 
 void close_handle(pooled h) noexcept {

@@ -9,7 +9,7 @@ store_operations http_store() {
     store_operations o;
     o.probe = [](const location& where, const settings&) {
         nlohmann::json p;
-        p["endpoint"] = shown_location(where.scheme() + "://" + std::string(where.authority()));
+        p["endpoint"] = where.origin();
         p["credentials"] = "none (plain or presigned URL)";
         return p;
     };

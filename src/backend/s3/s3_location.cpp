@@ -60,8 +60,9 @@ s3_location resolve_s3_location(const location& where, const s3_options& o, cons
     if (l.path_style) {
         l.bucket_url = l.endpoint + "/" + uri_encode(l.bucket, false) + "/";
     } else {
-        auto sep = l.endpoint.find("://") + 3;
-        l.bucket_url = l.endpoint.substr(0, sep) + l.bucket + "." + l.endpoint.substr(sep) + "/";
+        const location endpoint(l.endpoint);
+        const std::size_t host = l.endpoint.size() - endpoint.rest().size();  // after "scheme://"
+        l.bucket_url = l.endpoint.substr(0, host) + l.bucket + "." + l.endpoint.substr(host) + "/";
     }
     l.object_url = l.bucket_url + encoded_key;
 
