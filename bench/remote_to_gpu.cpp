@@ -18,8 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/registry.hpp"
 #include "backend/s3/s3_source.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
@@ -51,8 +50,7 @@ int main(int argc, char** argv) {
     s = s.resolved();
     try {
         std::unique_ptr<ferry::detail::source> src =
-            ferry::detail::url_scheme(url) == "s3" ? ferry::detail::open_s3_source(url, ferry::open_mode::read, s)
-                                                   : ferry::detail::open_http_source(url, ferry::open_mode::read, s);
+            ferry::detail::open_source(ferry::detail::location(url), ferry::open_mode::read, s);
         const std::uint64_t size = src->size();
         const std::size_t range = s.remote_range_size, threads = s.remote_concurrency;
         bool gpu = device == "cuda";

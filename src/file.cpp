@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "ferry/memory.hpp"
 #include "io/file_impl.hpp"
 #include "io/scheduler.hpp"
@@ -25,7 +25,7 @@ std::future<T> failed(std::exception_ptr e) {
 }  // namespace
 
 std::string redact_location(const std::string& location) {
-    return detail::url_scheme(location).empty() ? location : detail::redact_url(location);
+    return detail::location(location).shown();
 }
 
 file::file(const std::string& path, open_mode mode, const settings& s)

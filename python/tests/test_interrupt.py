@@ -1,7 +1,7 @@
 """Ctrl-C during long calls: a SIGINT sent to a process in the middle of a slow HTTP read, of a
 read whose server is gone (retries with backoff) or of a save raises KeyboardInterrupt soon after,
 leaves no destination file and no thread behind, and ferry still works afterwards. The reads go
-to tests/backend/fault_server.py (bodies at a set rate), started here on 127.0.0.1 with a free
+to tests/backend/http/fault_server.py (bodies at a set rate), started here on 127.0.0.1 with a free
 port; each case runs in a child process that gets the signal."""
 
 import os
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAULT_SERVER = os.path.join(HERE, "..", "..", "tests", "backend", "fault_server.py")
+FAULT_SERVER = os.path.join(HERE, "..", "..", "tests", "backend", "http", "fault_server.py")
 # Measured on a busy 2-core machine: 9-21 ms for reads, 0.12-0.22 s for a 1 GiB save (the write
 # in flight and the kernel dropping the temporary's pages). The bounds leave room for a loaded CI
 # runner without letting "when the call ends" (4-15 s here before) pass.

@@ -1,13 +1,15 @@
 // The table of sources. A new source is one folder under backend/ and one line here.
 #include "backend/registry.hpp"
 
-#include <cctype>
 #include <mutex>
 
+#include "backend/cufile/cufile_handle.hpp"
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/http/http_source.hpp"
+#include "backend/http/http_store.hpp"
 #include "backend/posix/posix_source.hpp"
 #include "backend/s3/s3_source.hpp"
+#include "backend/s3/s3_store.hpp"
 #include "os/fork_safe_mutex.hpp"
 
 namespace ferry::detail {
@@ -17,9 +19,10 @@ namespace {
 std::vector<scheme_entry> built_in() {
     return {
         {"file", "posix", open_local_file, {}},
-        {"http", "http", open_http_source, {}},
-        {"https", "http", open_http_source, {}},
-        {"s3", "s3", open_s3_source, {}},
+        {"http", "http", open_http_source, {}, http_store()},
+        {"https", "http", open_http_source, {}, http_store()},
+        {"s3", "s3", open_s3_source, {}, s3_store(), object_naming::literal_key,
+         write_publication::whole_at_sync},
     };
 }
 
@@ -27,10 +30,11 @@ std::vector<scheme_entry> built_in() {
 struct kind_entry {
     const char* kind;
     std::string (*unavailable)(const settings&);
+    int (*register_fd)(int fd);  ///< null: the kind registers nothing
 };
 const kind_entry alternatives[] = {
-    {"direct", nullptr},
-    {"cufile", cufile_unavailable},
+    {"direct", nullptr, nullptr},
+    {"cufile", cufile_unavailable, [](int fd) { return cufile_handle(fd).status(); }},
 };
 
 struct table {
@@ -60,49 +64,29 @@ void register_scheme(scheme_entry entry) {
     t.schemes.push_back(std::move(entry));
 }
 
-std::string redact_location(std::string_view location) {
-    std::string s(location);
-    auto q = s.find('?');
-    if (q != std::string::npos) s = s.substr(0, q) + "?<redacted>";
-    auto scheme_end = s.find("://");
-    if (scheme_end == std::string::npos) return s;
-    auto host = scheme_end + 3;
-    auto slash = s.find('/', host);
-    auto at = s.rfind('@', slash == std::string::npos ? s.size() : slash);
-    if (at != std::string::npos && at >= host) s = s.substr(0, host) + "<redacted>@" + s.substr(at + 1);
-    return s;
+scheme_entry scheme_for(const location& where) {
+    std::string_view scheme = where.registry_scheme();
+    table& t = schemes();
+    std::lock_guard lock(t.mutex);
+    for (const auto& e : t.schemes)
+        if (e.scheme == scheme) return e;
+    return {};
 }
 
-std::string scheme_of(std::string_view location) {
-    auto at = location.find("://");
-    if (at == std::string_view::npos || at == 0) return "file";
-    for (char c : location.substr(0, at))
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.')) return "file";
-    std::string s(location.substr(0, at));
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-std::unique_ptr<source> open_source(const std::string& location, open_mode mode, const settings& s) {
-    std::string scheme = scheme_of(location);
-    scheme_entry entry;
-    {
-        table& t = schemes();
-        std::lock_guard lock(t.mutex);
-        for (const auto& e : t.schemes)
-            if (e.scheme == scheme) entry = e;
-    }
+std::unique_ptr<source> open_source(const location& where, open_mode mode, const settings& s) {
+    std::string_view scheme = where.registry_scheme();
+    scheme_entry entry = scheme_for(where);
     if (!entry.open) {
         std::string known;
         for (const auto& k : registered_schemes()) known += (known.empty() ? "" : ", ") + k;
-        throw usage_error("no source is registered for scheme \"" + scheme + "\" (known: " + known + "): " +
-                          redact_location(location));
+        throw usage_error("no source is registered for scheme \"" + std::string(scheme) + "\" (known: " + known +
+                          "): " + where.shown());
     }
     if (entry.unavailable) {
         std::string no = entry.unavailable(s);
-        if (!no.empty()) throw usage_error(entry.kind + " source unavailable: " + no + ": " + redact_location(location));
+        if (!no.empty()) throw usage_error(entry.kind + " source unavailable: " + no + ": " + where.shown());
     }
-    return entry.open(location, mode, s);
+    return entry.open(where, mode, s);
 }
 
 std::string source_unavailable(std::string_view kind, const settings& s) {
@@ -116,6 +100,12 @@ std::string source_unavailable(std::string_view kind, const settings& s) {
             if (e.kind == kind && e.unavailable) check = e.unavailable;
     }
     return check ? check(s) : std::string();
+}
+
+int register_probe(std::string_view kind, int fd) {
+    for (const auto& a : alternatives)
+        if (kind == a.kind && a.register_fd) return a.register_fd(fd);
+    return 0;
 }
 
 std::vector<std::string> registered_schemes() {

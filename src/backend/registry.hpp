@@ -1,15 +1,22 @@
 // The registry of sources: which source opens a location (by URI scheme; plain paths are local
-// files), and for each kind of source why it cannot be used here, if it cannot. The built-in
-// table is in registry.cpp, one line per scheme; a program (a test binary, say) may add its own
-// scheme at run time with register_scheme().
+// files), what else a scheme's store can do (list a prefix, remove an object, publish a written
+// object whole, describe itself to the doctor), and for each kind of source why it cannot be
+// used here, if it cannot. It is the only door to a backend: checkpoints, saves and the doctor
+// ask here, never a backend's folder. The built-in table is in registry.cpp, one line per
+// scheme; a program (a test binary, say) may add its own scheme at run time with
+// register_scheme().
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
 #include "ferry/settings.hpp"
@@ -17,36 +24,77 @@
 namespace ferry::detail {
 
 /// Opens a source at a location; throws the error of what failed, naming the location.
-using source_opener = std::function<std::unique_ptr<source>(const std::string& location, open_mode mode,
+using source_opener = std::function<std::unique_ptr<source>(const location& where, open_mode mode,
                                                             const settings& s)>;
 /// Why a kind of source cannot be used in this process with these settings; "" when it can.
 using source_availability = std::function<std::string(const settings& s)>;
+
+/// An object found under a prefix: its name below the prefix, and its size.
+struct listed_object {
+    std::string name;
+    std::uint64_t size = 0;
+};
+
+/// How the rest of a location names an object, a fact checkpoint code reads to place shard
+/// names beside an index.
+enum class object_naming {
+    url_path,     ///< a URL path: percent-encoded, a '?' starts the query (http, https)
+    literal_key,  ///< everything after the bucket is the key as stored, encoded per request (s3)
+};
+
+/// How a source opened with open_mode::write makes its bytes visible.
+enum class write_publication {
+    in_place,       ///< bytes land where written (a local file; saves write a temporary, rename)
+    whole_at_sync,  ///< the object appears whole at sync(), nothing without it (an S3 multipart upload)
+};
+
+/// What a scheme's store can do beyond opening a source. Each operation may be empty: the store
+/// does not offer it (a plain HTTP server cannot list or remove). Every one may be called from
+/// many threads at once and throws the error of what failed, naming the location redacted.
+struct store_operations {
+    /// The objects directly under `prefix` (a location ending in '/', or a bare bucket), by name
+    /// in name order. Throws remote_error (403 where listing is refused).
+    std::function<std::vector<listed_object>(const location& prefix, const settings& s)> list;
+    /// Removes the object; one that is not there is no error.
+    std::function<void(const location& object, const settings& s)> remove;
+    /// Facts for `ferry doctor` about a remote location before any read (endpoint, region,
+    /// credentials used, for a prefix what it holds). The facts may name "probed_object", the
+    /// object to time (a prefix's first); an "error" or a "note" among them ends the probe.
+    /// Throws remote_error when the location cannot be resolved (no credentials...).
+    std::function<nlohmann::json(const location& where, const settings& s)> probe;
+};
 
 struct scheme_entry {
     std::string scheme;  ///< "file", "http", "s3"... (a location "scheme://...")
     std::string kind;    ///< the kind() of the sources it opens
     source_opener open;
     source_availability unavailable;  ///< may be empty: always available
+    store_operations operations = {};
+    object_naming naming = object_naming::url_path;
+    /// Checkpoint saves to a prefix need whole_at_sync (and `remove`).
+    write_publication writes = write_publication::in_place;
 };
 
 /// Adds or replaces the opener of `entry.scheme`. Thread safe.
 void register_scheme(scheme_entry entry);
 
-/// `location` fit for a message: user information and query strings (credentials, signatures)
-/// replaced by "<redacted>".
-std::string redact_location(std::string_view location);
+/// Opens `where` through the opener of its scheme (location::registry_scheme()). Throws
+/// usage_error for an unknown scheme, and an unavailable kind's reason as usage_error too.
+std::unique_ptr<source> open_source(const location& where, open_mode mode, const settings& s);
 
-/// The scheme of a location: what precedes "://", or "file" for a plain path.
-std::string scheme_of(std::string_view location);
-
-/// Opens `location` through the opener of its scheme. Throws usage_error for an unknown scheme,
-/// and an unavailable kind's reason as usage_error too.
-std::unique_ptr<source> open_source(const std::string& location, open_mode mode, const settings& s);
+/// The entry of `where`'s scheme (a copy: the table may change meanwhile); an entry without an
+/// opener when no source is registered for it.
+scheme_entry scheme_for(const location& where);
 
 /// Why sources of `kind` cannot be used ("" when they can, or when the kind is unknown). The
 /// planner and the doctor both ask here. Kinds: every registered scheme's, plus the local
 /// file's alternatives "direct" and "cufile".
 std::string source_unavailable(std::string_view kind, const settings& s);
+
+/// For the doctor: registers the open descriptor `fd` with the local file's alternative `kind`
+/// as that source would (cufile: cuFileHandleRegister) and releases it at once. The status code
+/// of the registration: 0 when it registered (and for kinds that register nothing).
+int register_probe(std::string_view kind, int fd);
 
 /// The registered schemes, in registration order (for messages and `ferry doctor`).
 std::vector<std::string> registered_schemes();

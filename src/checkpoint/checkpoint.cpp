@@ -19,8 +19,7 @@
 #include <system_error>
 
 
-#include "backend/http/url.hpp"
-#include "backend/s3/s3_bucket.hpp"
+#include "backend/registry.hpp"
 #include "checkpoint/index_json.hpp"
 #include "checkpoint/side_by_side.hpp"
 #include "ferry/error.hpp"
@@ -32,11 +31,9 @@ namespace ferry {
 
 namespace checkpoints {
 
-bool is_url(const std::string& location) { return !detail::url_scheme(location).empty(); }
+bool is_url(const std::string& location) { return detail::location(location).is_url(); }
 
-std::string shown(const std::string& location) {
-    return is_url(location) ? detail::redact_url(location) : location;
-}
+std::string shown(const std::string& location) { return detail::location(location).shown(); }
 
 }  // namespace checkpoints
 
@@ -176,10 +173,10 @@ public:
             dir_ = fs::path(index_path).parent_path();
             return;
         }
-        std::string scheme = detail::url_scheme(index_path);
-        s3_ = scheme == "s3";
+        const detail::location where(index_path);
+        literal_ = detail::scheme_for(where).naming == detail::object_naming::literal_key;
         std::string base = index_path;
-        if (!s3_) {  // an S3 key may hold '?'; an http(s) URL's query is no part of the path
+        if (!literal_) {  // a key (s3) may hold '?'; a URL's query is no part of its path
             auto q = base.find('?');
             if (q != std::string::npos) query_ = base.substr(q), base = base.substr(0, q);
         }
@@ -199,12 +196,12 @@ public:
     }
     std::string operator()(const std::string& name) const {
         if (!remote_) return (dir_ / name).string();
-        // s3:// keys are encoded when the request is made; http(s) paths are encoded here.
-        return base_ + (s3_ ? name : detail::uri_encode(name, true)) + query_;
+        // Keys (s3://) are encoded when the request is made; URL paths (http(s)) are encoded here.
+        return base_ + (literal_ ? name : detail::uri_encode(name, true)) + query_;
     }
 
 private:
-    bool remote_ = false, s3_ = false;
+    bool remote_ = false, literal_ = false;
     fs::path dir_;
     std::string base_, query_;
 };
@@ -297,25 +294,23 @@ checkpoint open_files(std::vector<std::string> files, const std::string& source)
 
 bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
 
-// A prefix (ending in '/'): its index, else for S3 its *.safetensors objects (listed), else for
-// http(s) its model.safetensors (an HTTP prefix cannot be listed).
+// A prefix (ending in '/'): its index, else, where the store lists (s3), its *.safetensors
+// objects, else (http(s)) its model.safetensors (an HTTP prefix cannot be listed).
 checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source) {
-    const std::string scheme = detail::url_scheme(prefix);
-    if (scheme == "s3") {
-        std::vector<detail::s3_entry> entries;
+    const detail::location where(prefix);
+    if (const auto list = detail::scheme_for(where).operations.list) {
+        std::vector<detail::listed_object> entries;
         try {
-            entries = detail::list_s3_prefix(prefix, settings::global());
+            entries = list(where, settings::global());
         } catch (const remote_error& e) {
             // Reading without s3:ListBucket is common (GetObject only): then the index is the way in.
             if (e.status() != 403) throw;
             return open_index(prefix + index_name, source);
         }
-        const std::string bucket_and_key = prefix.substr(5);
-        const std::string key_prefix = bucket_and_key.substr(bucket_and_key.find('/') + 1);
         std::vector<std::string> indexes, files;
         bool has_default_index = false;
         for (const auto& e : entries) {
-            std::string name = e.key.substr(std::min(e.key.size(), key_prefix.size()));
+            const std::string& name = e.name;
             if (name == index_name) has_default_index = true;
             if (ends_with(name, ".safetensors.index.json")) indexes.push_back(prefix + name);
             else if (ends_with(name, ".safetensors")) files.push_back(prefix + name);
@@ -351,16 +346,16 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
 // A URL: an index ("*.json"), a prefix ("/" at the end, a bucket, or a last segment without a
 // dot), or one safetensors object.
 checkpoint open_remote(const std::string& source) {
-    const std::string scheme = detail::url_scheme(source);
+    const detail::location where(source);
+    const bool keys = detail::scheme_for(where).naming == detail::object_naming::literal_key;
     // (An s3:// URL without a bucket is refused where it is parsed.)
-    if (scheme != "s3" && detail::url_host(source).empty())
-        throw usage_error("the URL has no host: " + detail::redact_url(source));
+    if (!keys && where.host().empty()) throw usage_error("the URL has no host: " + where.shown());
     std::string base = source, query;
-    if (scheme != "s3") {
+    if (!keys) {  // a key may hold '?'; a URL's query is no part of its path
         auto q = base.find('?');
         if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
     }
-    const std::size_t path_start = base.find('/', base.find("://") + 3);
+    const std::size_t path_start = base.find('/', source.size() - where.rest().size());  // after "scheme://"
     if (path_start == std::string::npos) return open_prefix(base + "/", query, source);  // a host or a bucket
     if (ends_with(base, ".json")) return open_index(source, source);
     if (base.back() == '/') return open_prefix(base, query, source);

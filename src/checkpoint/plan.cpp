@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 
+#include "backend/location.hpp"
 #include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 
@@ -293,7 +294,7 @@ void place_ranges(const checkpoint_tensor& t, const extent_of_slice& e, bool sli
     g.rows = e.rows;
     g.row_bytes = e.extent * e.inner;
     g.seg_bytes = (e.stop - e.start) * e.inner;
-    const bool remote = file.find("://") != std::string::npos;
+    const bool remote = detail::location(file).is_url();
     double skipped_s = static_cast<double>(g.row_bytes - g.seg_bytes) / (remote ? remote_read_bandwidth : read_bandwidth);
     bool segments = skipped_s > (remote ? remote_request_cost_s : request_cost_s);
     if (o.route == route_choice::segments) segments = true;

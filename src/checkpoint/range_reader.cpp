@@ -1,6 +1,7 @@
 // range_reader on ferry::file (see range_reader.hpp).
 #include "checkpoint/range_reader.hpp"
 
+#include "backend/location.hpp"
 #include "checkpoint/side_by_side.hpp"
 
 #include <algorithm>
@@ -28,7 +29,7 @@ range_reader::range_reader(const std::vector<checkpoint_shard>& shards, placemen
         // under the same name would land as if they were the tensors it described. A remote
         // shard is a new request for an object that may have been replaced; a local file that
         // shrank shows as an I/O error of the reads it cuts short (checkpoint_io_error).
-        if (sh.path.find("://") != std::string::npos) {
+        if (detail::location(sh.path).is_url()) {
             if (f->size() != sh.file_size)
                 throw checkpoint_error(sh.path, "", "changed since the checkpoint was opened (size " +
                                                         std::to_string(sh.file_size) + " became " +
@@ -42,7 +43,7 @@ range_reader::range_reader(const std::vector<checkpoint_shard>& shards, placemen
     // Opening a local file costs microseconds; a remote one is a round trip (a HEAD): those go
     // side by side.
     bool remote = std::any_of(shards.begin(), shards.end(),
-                              [](const checkpoint_shard& sh) { return sh.path.find("://") != std::string::npos; });
+                              [](const checkpoint_shard& sh) { return detail::location(sh.path).is_url(); });
     if (remote) {
         side_by_side(shards.size(), max_parallel_opens, open_one);
         return;

@@ -1,17 +1,17 @@
 // Saving a checkpoint in the Hugging Face layout. Order of operations is what keeps the folder
 // valid at every moment: an older index goes first (the folder then holds no checkpoint, or
 // the older single file), each shard is replaced atomically, and the new index comes last.
-// Under an s3:// prefix the same order holds with objects: DeleteObject on the older index, one
-// multipart upload per shard (the object appears whole when it completes, or not at all), and
-// the index uploaded last.
+// Under a prefix of an object store (s3://) the same order holds with objects: the older index
+// removed (the registry's remove operation: DeleteObject), one object published whole per shard
+// (a multipart upload: it appears whole when it completes, or not at all), and the index
+// uploaded last.
 #include <cstdio>
 #include <filesystem>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
-#include "backend/http/url.hpp"
-#include "backend/s3/s3_bucket.hpp"
+#include "backend/registry.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 #include "ferry/safetensors.hpp"
@@ -24,11 +24,12 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                                          const std::map<std::string, std::string>& metadata) {
     namespace fs = std::filesystem;
     if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
-    const std::string scheme = detail::url_scheme(folder);
-    const bool remote = !scheme.empty();
-    if (remote && scheme != "s3")
-        throw usage_error("save_checkpoint: " + scheme + ":// is read only; a checkpoint is saved to a folder or "
-                          "an s3:// prefix: " + detail::redact_url(folder));
+    const detail::location where(folder);
+    const bool remote = where.is_url();
+    const detail::scheme_entry store = detail::scheme_for(where);
+    if (remote && !(store.writes == detail::write_publication::whole_at_sync && store.operations.remove))
+        throw usage_error("save_checkpoint: " + where.scheme() + ":// is read only; a checkpoint is saved to a folder or "
+                          "an s3:// prefix: " + where.shown());
     std::error_code ec;
     if (!remote) {
         fs::create_directories(folder, ec);
@@ -61,7 +62,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
     std::map<std::string, std::string> shard_meta = metadata;
     shard_meta.emplace("format", "pt");
     const std::string index = under("model.safetensors.index.json");
-    if (remote) detail::delete_s3_object(index, settings::global());
+    if (remote) store.operations.remove(detail::location(index), settings::global());
     else if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
         throw system_error(ec.value(), "remove", {index, 0, 0});
 

@@ -19,7 +19,7 @@
 #include "doctor/report_fields.hpp"
 #include "doctor/route_verdict.hpp"
 #include "doctor/summary.hpp"
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "io/file_impl.hpp"
 #include "shim/std_fd_guard.hpp"
 #include "doctor/system_probe.hpp"
@@ -129,7 +129,7 @@ doctor_report run_doctor(const doctor_options& options) {
     for (const auto& path : options.paths) {
         if (doctor::is_remote_location(path)) {
             json p = doctor::bounded([path, s] { return doctor::probe_remote(path, s); },
-                                     {{"path", detail::redact_url(path)}, {"remote", true}, {"exists", false}});
+                                     {{"path", detail::shown_location(path)}, {"remote", true}, {"exists", false}});
             doctor_path_verdict v{p["path"].get<std::string>(), std::nullopt, {}};
             if (doctor::truthy(p, "exists")) {
                 // The engine's own plan, as `ferry load` of the object (a prefix's first object)

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cufile/cufile_handle.hpp"
 #include "doctor/mount_table.hpp"
 #include "os/alignment.hpp"
 #include "os/posix_io.hpp"

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cufile/cufile_handle.hpp"
+#include "backend/registry.hpp"
 #include "doctor/mount_table.hpp"
 #include "os/alignment.hpp"
 #include "os/posix_io.hpp"
@@ -157,12 +157,12 @@ json probe_cufile_register(const std::string& path, bool is_file, bool is_dir, c
             reg["skipped"] = "cannot open " + target + ": " + errno_text(errno);
         } else {
             fd_owner owner(fd);
-            detail::cufile_handle h(fd);
+            const int status = detail::register_probe("cufile", fd);
             reg["attempted"] = true;
             reg["file"] = target;
-            reg["ok"] = h.ok();
-            reg["status"] = h.status();
-            reg["message"] = shim::cufile_status_string(h.status());
+            reg["ok"] = status == 0;
+            reg["status"] = status;
+            reg["message"] = shim::cufile_status_string(status);
         }
     }
     return reg;

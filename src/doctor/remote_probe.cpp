@@ -4,40 +4,21 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
-#include "backend/s3/s3_bucket.hpp"
-#include "backend/s3/s3_source.hpp"
+#include <nlohmann/json.hpp>
+
+#include "backend/registry.hpp"
 
 namespace ferry::doctor {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-std::string iso_time(std::chrono::system_clock::time_point t) {
-    std::time_t tt = std::chrono::system_clock::to_time_t(t);
-    std::tm tm{};
-    ::gmtime_r(&tt, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 // Reads [0, n) with `threads` workers in `range`-byte GETs; GB/s.
@@ -64,19 +45,19 @@ double read_rate(detail::source& src, std::uint64_t n, std::size_t threads, std:
 }  // namespace
 
 bool is_remote_location(const std::string& location) {
-    std::string s = detail::url_scheme(location);
-    return s == "http" || s == "https" || s == "s3";
+    return static_cast<bool>(detail::scheme_for(detail::location(location)).operations.probe);
 }
 
 json probe_remote(const std::string& location, const settings& config) {
     settings s = config.resolved();
     json p;
-    p["path"] = detail::redact_url(location);
+    p["path"] = detail::shown_location(location);
     p["remote"] = true;
     p["type"] = "remote object";
     p["exists"] = false;
-    std::string scheme = detail::url_scheme(location);
-    p["scheme"] = scheme;
+    const detail::location where(location);
+    const detail::scheme_entry entry = detail::scheme_for(where);
+    p["scheme"] = where.scheme();
     json plan;
     plan["concurrency"] = s.remote_concurrency;
     plan["range_size"] = s.remote_range_size;
@@ -88,71 +69,22 @@ json probe_remote(const std::string& location, const settings& config) {
     p["plan"] = plan;
     std::string object = location;
     try {
-        if (scheme == "s3") {
-            auto l = detail::resolve_s3_location(location, {}, detail::process_environment(), s);
-            p["endpoint"] = l.endpoint;
-            p["endpoint_source"] = l.endpoint_source;
-            p["region"] = l.region;
-            p["addressing"] = l.path_style ? "path" : "virtual host";
-            p["credentials"] = l.credentials.source;
-            p["credential_chain"] = l.chain;
-            // Temporary credentials: when they end and when the signer renews them (never the
-            // key, the secret or the token).
-            if (auto e = l.signer->expires()) p["credentials_expire"] = iso_time(*e);
-            if (auto r = l.signer->renews_at()) p["credentials_renew_at"] = iso_time(*r);
-            if (l.key.empty() || l.key.back() == '/') {
-                // A prefix: list it (one key) to see the bucket answers, and probe its first object.
-                detail::http_client client(s);
-                detail::http_request rq;
-                rq.url = l.bucket_url + "?list-type=2&max-keys=1&prefix=" + detail::uri_encode(l.key, false);
-                rq.follow_redirects = false;
-                auto t0 = clock_type::now();
-                detail::http_response r = client.perform(rq, l.signer->current());
-                p["latency_ms"] = seconds_since(t0) * 1e3;
-                if (r.status != 200) {
-                    p["error"] = "listing " + l.location + " failed: " +
-                                 (r.status ? "HTTP " + std::to_string(r.status) : r.curl_error) + " " +
-                                 detail::describe_response(r);
-                    return p;
-                }
-                p["exists"] = true;
-                std::string first = xml_field(r.body, "Key");
-                // What a checkpoint load would find there (the index, else the shards).
-                try {
-                    auto entries = detail::list_s3_prefix("s3://" + l.bucket + "/" + l.key, s);
-                    std::size_t shards = 0;
-                    bool index = false;
-                    for (const auto& e : entries) {
-                        index = index || e.key.ends_with("model.safetensors.index.json");
-                        shards += e.key.ends_with(".safetensors");
-                    }
-                    if (index) p["checkpoint"] = "model.safetensors.index.json and " + std::to_string(shards) + " shards";
-                    else if (shards) p["checkpoint"] = std::to_string(shards) + " *.safetensors objects, no index";
-                } catch (const std::exception&) {
-                    // The one-key listing above answered; a failing full listing adds nothing here.
-                }
-                if (first.empty()) {
-                    p["objects"] = 0;
-                    p["note"] = "the prefix holds no object: no throughput probe";
-                    return p;
-                }
-                object = "s3://" + l.bucket + "/" + first;
-                p["probed_object"] = object;
-            }
-        } else {
-            p["endpoint"] = detail::redact_url(location.substr(0, location.find('/', location.find("://") + 3)));
-            p["credentials"] = "none (plain or presigned URL)";
-        }
+        // What the scheme's store says first (endpoint, credentials; for a prefix what it holds
+        // and which object to time).
+        json facts = entry.operations.probe(where, s);
+        for (auto& [k, v] : facts.items()) p[k] = v;
+        if (facts.contains("error") || facts.contains("note")) return p;
+        if (facts.contains("probed_object")) object = facts["probed_object"].get<std::string>();
         settings quick = s;
         quick.remote_retries = std::min<std::size_t>(s.remote_retries, 2);
         auto t0 = clock_type::now();
-        std::unique_ptr<detail::source> src =
-            scheme == "s3" ? detail::open_s3_source(object, open_mode::read, quick)
-                           : detail::open_http_source(object, open_mode::read, quick);
+        std::unique_ptr<detail::source> src = detail::open_source(detail::location(object), open_mode::read, quick);
         double open_ms = seconds_since(t0) * 1e3;
         p["exists"] = true;
         p["size_bytes"] = src->size();
-        if (auto* h = dynamic_cast<detail::http_source*>(src.get())) p["etag"] = h->identity().etag;
+        // A remote source's version() is "ETag <etag>" when the server sent one.
+        if (std::string v = src->version(); v.starts_with("ETag ")) p["etag"] = v.substr(5);
+        else p["etag"] = "";
         // Latency: the best of three one-byte ranged GETs (the open's HEAD pays the connect).
         double best = open_ms;
         if (src->size() > 0)

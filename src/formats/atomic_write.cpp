@@ -119,7 +119,7 @@ std::vector<write_piece> gather_small(const std::vector<write_piece>& parts, std
 atomic_write::atomic_write(std::string target) : target_(std::move(target)) {
     if (target_.empty() || target_.back() == '/')
         throw usage_error("cannot write to '" + target_ + "': not a file name");
-    if (detail::scheme_of(target_) != "file") {
+    if (detail::location(target_).registry_scheme() != "file") {
         // A remote object (s3://): its source is atomic itself. The multipart upload publishes
         // the object whole at sync() and aborts when closed without it.
         remote_ = true;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
+#include "backend/location.hpp"
 #include "escape_text.hpp"
 #include "ferry/error.hpp"
 
@@ -195,7 +196,7 @@ void check_safetensors_header_size(std::uint64_t n, std::uint64_t file_size,
 safetensors_info read_safetensors_header(const file& f, std::uint64_t size, const std::string& name) {
     constexpr std::uint64_t remote_guess = 256 << 10;
     if (size < 8) throw format_error(name, "header_length", "file shorter than 8 bytes");
-    const bool remote = f.path().find("://") != std::string::npos;
+    const bool remote = detail::location(f.path()).is_url();
     const std::uint64_t first = remote ? std::min(size, remote_guess) : 8;
     std::string head(first, '\0');
     f.read(head.data(), first, 0);

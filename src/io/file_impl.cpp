@@ -8,8 +8,10 @@
 namespace ferry::detail {
 
 file_impl::file_impl(const std::string& location, open_mode mode, const settings& s)
-    : location_(location), shown_(ferry::redact_location(location)), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
-    source_ = open_source(location, mode, config_);
+    : location_(location), mode_(mode), config_(s.resolved()), pid_(::getpid()) {
+    const detail::location where(location);
+    shown_ = where.shown();
+    source_ = open_source(where, mode, config_);
     host_route_ = route_slot(source_->kind(), to_string(mover::host));
     engine_ = engine::shared(config_);
 }

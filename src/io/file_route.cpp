@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <vector>
 
-#include "backend/http/url.hpp"
 #include "backend/posix/posix_source.hpp"
 #include "backend/registered/registered_source.hpp"
 #include "backend/registry.hpp"
@@ -141,7 +140,7 @@ plan_result plan_read_route(const std::string& path, const settings& s) {
     struct stat st {};
     std::string target = path;
     std::string probe;
-    if (url_scheme(path).empty() && sys::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (!detail::location(path).is_url() && sys::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
         probe = path + "/.ferry-probe-XXXXXX";
         std::vector<char> name(probe.begin(), probe.end());
         name.push_back('\0');

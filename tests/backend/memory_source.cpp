@@ -18,9 +18,8 @@ using detail::source;
 
 class memory_source final : public source {
 public:
-    memory_source(std::string location, open_mode mode) : location_(std::move(location)), mode_(mode) {
-        auto at = location_.find("://");
-        file_ = at == std::string::npos ? location_ : location_.substr(at + 3);
+    memory_source(const detail::location& where, open_mode mode)
+        : location_(where.text()), file_(where.rest()), mode_(mode) {
         if (mode_ == open_mode::write) return;
         std::ifstream in(file_, std::ios::binary);
         if (!in) {
@@ -77,8 +76,8 @@ private:
     bool closed_ = false;
 };
 
-std::unique_ptr<source> open_memory_source(const std::string& location, open_mode mode, const settings&) {
-    return std::make_unique<memory_source>(location, mode);
+std::unique_ptr<source> open_memory_source(const detail::location& where, open_mode mode, const settings&) {
+    return std::make_unique<memory_source>(where, mode);
 }
 
 }  // namespace

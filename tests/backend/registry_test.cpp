@@ -1,4 +1,4 @@
-// The source registry: schemes, a source registered at run time, redaction.
+// The source registry: schemes, a source registered at run time.
 #include "backend/registry.hpp"
 
 #include <gtest/gtest.h>
@@ -12,24 +12,9 @@
 namespace ferry::detail {
 namespace {
 
-TEST(registry, scheme_of_a_location) {
-    EXPECT_EQ(scheme_of("/data/x.bin"), "file");
-    EXPECT_EQ(scheme_of("relative/x.bin"), "file");
-    EXPECT_EQ(scheme_of("file:///data/x.bin"), "file");
-    EXPECT_EQ(scheme_of("HTTPS://host/x"), "https");
-    EXPECT_EQ(scheme_of("s3://bucket/key"), "s3");
-    EXPECT_EQ(scheme_of("odd dir://x"), "file");
-}
-
-TEST(registry, redacts_credentials_and_queries) {
-    EXPECT_EQ(redact_location("https://user:secret@host/x?X-Amz-Signature=abc"),
-              "https://<redacted>@host/x?<redacted>");
-    EXPECT_EQ(redact_location("/plain/path"), "/plain/path");
-}
-
 TEST(registry, an_unknown_scheme_is_a_usage_error_naming_it) {
     try {
-        open_source("nosuch://user:pw@host/x", open_mode::read, settings{});
+        open_source(location("nosuch://user:pw@host/x"), open_mode::read, settings{});
         FAIL() << "no error";
     } catch (const usage_error& e) {
         std::string m = e.what();
@@ -61,7 +46,7 @@ TEST(registry, the_local_file_offers_direct_and_cufile_alternatives) {
     test::temp_dir dir;
     std::string path = dir / "a.bin";
     test::write_pattern_file(path, 1u << 20);
-    auto s = open_source(path, open_mode::read, settings{});
+    auto s = open_source(location(path), open_mode::read, settings{});
     EXPECT_EQ(s->kind(), "posix");
     unavailable_reason why;
     EXPECT_EQ(s->alternative("http", why), nullptr);

@@ -1,7 +1,7 @@
 // Real servers for the remote-source tests, each started by the test on 127.0.0.1 and stopped
 // when the owning object goes (also when the test fails): nginx with a generated config, the
-// fault-injecting server (fault_server.py), moto's S3 server and the credential endpoints
-// (credential_server.py). Every wait is bounded in time.
+// fault-injecting server (http/fault_server.py), moto's S3 server and the credential endpoints
+// (s3/credential_server.py). Every wait is bounded in time.
 #pragma once
 
 #include <arpa/inet.h>

@@ -1,11 +1,17 @@
 // The backend conformance suite: the same read / write / short-read / EOF / unaligned /
-// concurrent checks against every I/O path and every kind of memory.
+// concurrent checks against every I/O path and every kind of memory, and over the remote
+// sources: http:// (nginx) and s3:// (moto) on 127.0.0.1, skipped with the reason where the
+// server is missing (failed under FERRY_REQUIRE_SERVERS=1, as the other server tests).
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "backend/memory_source.hpp"
+#include "backend/remote_servers.hpp"
 #include "ferry/ferry.hpp"
 #include "shim/cufile.hpp"
 #include "shim/cufile_test_util.hpp"
@@ -16,6 +22,9 @@ namespace {
 using ferry::io_path;
 using ferry::memory_kind;
 
+/// Where the suite's file lives: on local disk, or served over the loopback.
+enum class served { locally, http, s3 };
+
 struct path_case {
     const char* name;
     memory_kind memory;
@@ -25,6 +34,7 @@ struct path_case {
     /// Plain paths open the test-only memory source (tests/backend/memory_source.cpp) instead
     /// of the local file: the same checks over a source that is not a POSIX descriptor.
     bool memory_source = false;
+    served from = served::locally;
 };
 
 // Test listings name the parameter, not its bytes.
@@ -45,6 +55,74 @@ const path_case cases[] = {
      true},
     {"memory_source_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_,
      io_path::staged, true},
+    {"http_pageable", memory_kind::host, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::host, false,
+     served::http},
+    {"http_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::staged,
+     false, served::http},
+    {"s3_pageable", memory_kind::host, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::host, false,
+     served::s3},
+    {"s3_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::staged, false,
+     served::s3},
+};
+
+constexpr std::size_t file_size = 24u << 20;
+
+// The servers and the file they serve, started on first use and kept for the whole run (moto
+// takes seconds to start): one pattern file, under nginx's root and as s3://conformance/data.bin.
+class remote_files {
+public:
+    static remote_files& get() {
+        static remote_files r;
+        return r;
+    }
+    /// Why `from` cannot serve the file here, or "".
+    std::string missing(served from) {
+        std::lock_guard lock(mutex_);
+        if (from == served::http) {
+            if (std::string why = ferry::test::nginx_missing(); !why.empty()) return why;
+            if (!nginx_) nginx_ = std::make_unique<ferry::test::nginx_server>(dir_.path());
+        } else {
+            if (const std::string& why = ferry::test::moto_missing(); !why.empty()) return why;
+            if (!moto_) {
+                moto_ = std::make_unique<ferry::test::moto_server>();
+                std::string admin = ferry::test::python() + " " + ferry::test::backend_test_dir() +
+                                    "/s3/moto_admin.py " + moto_->endpoint() + " ";
+                if (std::system((admin + "create-bucket conformance").c_str()) != 0 ||
+                    std::system((admin + "put conformance data.bin " + dir_ / "data.bin").c_str()) != 0)
+                    return "could not put the object into moto";
+            }
+        }
+        return {};
+    }
+    std::string location(served from) const {
+        return from == served::http ? nginx_->url("data.bin") : std::string("s3://conformance/data.bin");
+    }
+    std::string s3_endpoint() const { return moto_->endpoint(); }
+
+private:
+    remote_files() { ferry::test::write_pattern_file(dir_ / "data.bin", file_size); }
+    std::mutex mutex_;
+    ferry::test::temp_dir dir_;
+    std::unique_ptr<ferry::test::nginx_server> nginx_;
+    std::unique_ptr<ferry::test::moto_server> moto_;
+};
+
+// Environment variables for one test, the old values put back after it.
+class scoped_env {
+public:
+    void set(const std::string& name, const std::string& value) {
+        const char* old = std::getenv(name.c_str());
+        saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+        ::setenv(name.c_str(), value.c_str(), 1);
+    }
+    ~scoped_env() {
+        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it)
+            if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+            else ::unsetenv(it->first.c_str());
+    }
+
+private:
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
 // Memory of one kind, with a view that can be filled and checked from the host.
@@ -102,6 +180,17 @@ protected:
         s_.staging_buffer_size = 1 << 20;
         s_.task_size = 2 << 20;
         s_.gds_threshold = 0;
+        if (c.from != served::locally) {
+            FERRY_NEED_SERVER(remote_files::get().missing(c.from));
+            path_ = remote_files::get().location(c.from);
+            if (c.from == served::s3) {
+                env_.set("AWS_ENDPOINT_URL", remote_files::get().s3_endpoint());
+                env_.set("AWS_ACCESS_KEY_ID", "testing");
+                env_.set("AWS_SECRET_ACCESS_KEY", "testing");
+                env_.set("AWS_EC2_METADATA_DISABLED", "true");
+            }
+            return;
+        }
         path_ = dir_ / "data.bin";
         ferry::test::write_pattern_file(path_, file_size);
         if (c.gds == ferry::gds_mode::on) {
@@ -116,7 +205,7 @@ protected:
         if (GetParam().memory_source) ferry::test::restore_local_files();
     }
 
-    static constexpr std::size_t file_size = 24u << 20;
+    scoped_env env_;
     ferry::test::temp_dir dir_;
     std::string path_;
     ferry::settings s_;
@@ -162,6 +251,9 @@ TEST_P(conformance, read_some_stops_at_the_end) {
 
 TEST_P(conformance, writes_land_byte_exact) {
     const path_case& c = GetParam();
+    // http(s) objects are read only; an S3 object is written whole by one multipart upload,
+    // each byte once (remote_file_test and s3_source_test check those writes).
+    if (c.from != served::locally) GTEST_SKIP() << "the " << c.name << " source writes no byte ranges";
     std::string out = dir_ / "out.bin";
     const std::size_t n = (5u << 20) + 333;
     buffer buf(c.memory, n + 8);

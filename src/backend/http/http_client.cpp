@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 #include "os/fork_safe_mutex.hpp"
 #include "stop.hpp"
@@ -82,13 +82,8 @@ handle_pool& pool() {
 
 // "scheme://host:port" of a URL (userinfo dropped), the key of the pool.
 std::string authority_of(const std::string& url) {
-    auto sep = url.find("://");
-    if (sep == std::string::npos) return url;
-    auto end = url.find_first_of("/?#", sep + 3);
-    std::string a = url.substr(0, end);
-    auto at = a.rfind('@');
-    if (at != std::string::npos && at > sep) a = a.substr(0, sep + 3) + a.substr(at + 1);
-    return a;
+    const location where(url);
+    return where.is_url() ? where.origin() : url;
 }
 
 void close_handle(pooled h) noexcept {
@@ -315,7 +310,7 @@ http_client::http_client(const settings& s) : settings_(s.resolved()) { shared()
 http_response http_client::perform(const http_request& request, const http_auth& auth) {
     http_response response;
     const std::string key = authority_of(request.url);
-    throw_if_stopped(redact_url(request.url));
+    throw_if_stopped(shown_location(request.url));
     pooled ph = acquire(key);
     CURL* h = ph.easy;
     if (!h) {
@@ -405,7 +400,7 @@ http_response http_client::perform(const http_request& request, const http_auth&
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     curl_slist_free_all(headers);
     release(key, ph);
-    if (stopped) throw interrupted_error("interrupted: " + request.method + " " + redact_url(request.url));
+    if (stopped) throw interrupted_error("interrupted: " + request.method + " " + shown_location(request.url));
     return response;
 }
 

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <charconv>
 
-#include "backend/http/url.hpp"
+#include "backend/http/xml_field.hpp"
+#include "backend/location.hpp"
 #include "log.hpp"
 
 namespace ferry::detail {
@@ -37,14 +38,6 @@ content_range parse_content_range(std::string_view h) {
     }
     r.valid = true;
     return r;
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 bool weak(const std::string& etag) { return etag.rfind("W/", 0) == 0; }
@@ -316,18 +309,17 @@ void http_source::ranged(std::size_t n, std::uint64_t offset, const io_context& 
     }
 }
 
-std::unique_ptr<source> open_http_source(const std::string& location, open_mode mode, const settings& s) {
-    std::string scheme = url_scheme(location);
-    if (scheme != "http" && scheme != "https")
-        throw usage_error("not an http:// or https:// URL: " + redact_url(location));
+std::unique_ptr<source> open_http_source(const location& where, open_mode mode, const settings& s) {
+    if (where.scheme() != "http" && where.scheme() != "https")
+        throw usage_error("not an http:// or https:// URL: " + where.shown());
     // Left to curl, an empty host reads the path's first segment as one ("Could not resolve
     // host: a.npy").
-    if (url_host(location).empty()) throw usage_error("the URL has no host: " + redact_url(location));
+    if (where.host().empty()) throw usage_error("the URL has no host: " + where.shown());
     if (mode != open_mode::read)
-        throw usage_error("http(s) objects open for reading only: " + redact_url(location));
+        throw usage_error("http(s) objects open for reading only: " + where.shown());
     http_target t;
-    t.url = location;
-    t.location = redact_url(location);
+    t.url = where.text();
+    t.location = where.shown();
     t.kind = "http";
     return std::make_unique<http_source>(std::move(t), s);
 }

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "backend/http/http_client.hpp"
+#include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
 #include "ferry/settings.hpp"
@@ -99,7 +100,7 @@ private:
 };
 
 /// The registry's opener for http:// and https:// locations (read only: open_mode::read).
-std::unique_ptr<source> open_http_source(const std::string& location, open_mode mode, const settings& s);
+std::unique_ptr<source> open_http_source(const location& where, open_mode mode, const settings& s);
 
 /// A message for a failed response: the S3 error code and message when the body is S3's XML.
 std::string describe_response(const http_response& r);

@@ -196,8 +196,8 @@ cufile_source* posix_source::cufile(unavailable_reason& why) {
     return cufile_.get();
 }
 
-std::unique_ptr<source> open_local_file(const std::string& location, open_mode mode, const settings& s) {
-    std::string path = location.rfind("file://", 0) == 0 ? location.substr(7) : location;
+std::unique_ptr<source> open_local_file(const location& where, open_mode mode, const settings& s) {
+    std::string path = where.scheme() == "file" ? std::string(where.rest()) : where.text();
     return std::make_unique<posix_source>(path, mode, s);
 }
 

@@ -20,6 +20,7 @@
 
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/direct/direct_source.hpp"
+#include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
 #include "os/owned_fd.hpp"
@@ -80,6 +81,6 @@ private:
 };
 
 /// The registry's opener for local files: plain paths and file:// locations.
-std::unique_ptr<source> open_local_file(const std::string& location, open_mode mode, const settings& s);
+std::unique_ptr<source> open_local_file(const location& where, open_mode mode, const settings& s);
 
 }  // namespace ferry::detail

@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/http/http_client.hpp"
-#include "backend/http/url.hpp"
+#include "backend/http/xml_field.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -33,14 +34,6 @@ std::string read_text(const std::string& path) {
     std::string s = ss.str();
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
     return s;
-}
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 // Metadata endpoints answer fast or not at all (169.254.x.x off a cloud is a black hole).
@@ -117,7 +110,7 @@ aws_credentials sts_credentials(const http_response& r, const std::string& endpo
     cred.session_token = xml_field(r.body, "SessionToken");
     cred.expiration = xml_field(r.body, "Expiration");
     if (r.status != 200 || cred.access_key.empty() || cred.secret_key.empty())
-        throw remote_error(r.status, redact_url(endpoint), action + " failed (" + failure(r) + ")", label);
+        throw remote_error(r.status, shown_location(endpoint), action + " failed (" + failure(r) + ")", label);
     cred.source = label;
     return cred;
 }
@@ -152,7 +145,7 @@ aws_credentials container_endpoint(const std::string& url, const std::string& to
     http_response r = fetch(c, "GET", url, headers, 3);
     aws_credentials cred;
     if (r.status != 200 || !from_json(r.body, cred))
-        throw remote_error(r.status, redact_url(url),
+        throw remote_error(r.status, shown_location(url),
                            "the container credentials endpoint gave no credentials (" + failure(r) + ")",
                            "container credentials endpoint");
     cred.source = "container credentials endpoint";
@@ -186,7 +179,7 @@ std::optional<aws_credentials> instance_metadata(const std::string& base, std::s
     cred.refresh = [base, location = cred.source] {
         std::string no;
         if (auto again = instance_metadata(base, no)) return *again;
-        throw remote_error(0, redact_url(base), "instance metadata: " + no, location);
+        throw remote_error(0, shown_location(base), "instance metadata: " + no, location);
     };
     return cred;
 }

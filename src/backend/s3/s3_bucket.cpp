@@ -5,62 +5,13 @@
 
 #include "backend/http/http_client.hpp"
 #include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/http/xml_field.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/s3_location.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
 namespace {
-
-// The text of XML character data: the five named entities and numeric references (keys may hold
-// '&' and '<', which S3 escapes).
-std::string xml_text(const std::string& s) {
-    std::string out;
-    out.reserve(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] != '&') {
-            out += s[i];
-            continue;
-        }
-        auto semi = s.find(';', i);
-        if (semi == std::string::npos) {
-            out += s.substr(i);
-            break;
-        }
-        std::string e = s.substr(i + 1, semi - i - 1);
-        if (e == "amp") out += '&';
-        else if (e == "lt") out += '<';
-        else if (e == "gt") out += '>';
-        else if (e == "quot") out += '"';
-        else if (e == "apos") out += '\'';
-        else if (!e.empty() && e[0] == '#') {
-            unsigned long cp = e.size() > 1 && (e[1] == 'x' || e[1] == 'X') ? std::strtoul(e.c_str() + 2, nullptr, 16)
-                                                                          : std::strtoul(e.c_str() + 1, nullptr, 10);
-            // UTF-8
-            if (cp < 0x80) out += static_cast<char>(cp);
-            else if (cp < 0x800) out += static_cast<char>(0xC0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3F));
-            else if (cp < 0x10000)
-                out += static_cast<char>(0xE0 | (cp >> 12)), out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-                    out += static_cast<char>(0x80 | (cp & 0x3F));
-            else
-                out += static_cast<char>(0xF0 | (cp >> 18)), out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-            out += s.substr(i, semi - i + 1);
-        }
-        i = semi;
-    }
-    return out;
-}
-
-std::string field(const std::string& body, const std::string& tag, std::size_t from = 0, std::size_t to = std::string::npos) {
-    auto a = body.find("<" + tag + ">", from);
-    if (a == std::string::npos || a >= to) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    if (b == std::string::npos || b > to) return {};
-    return xml_text(body.substr(a, b - a));
-}
 
 // One signed request with retries (429, 5xx, timeouts) and one renewal of expired credentials.
 http_response signed_request(const s3_location& l, http_client& c, http_request rq, const settings& s,
@@ -85,7 +36,7 @@ http_response signed_request(const s3_location& l, http_client& c, http_request 
 
 }  // namespace
 
-std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& config, bool direct_only,
+std::vector<s3_entry> list_s3_prefix(const location& prefix, const settings& config, bool direct_only,
                                      const s3_options& o, const env_lookup& env) {
     settings s = config.resolved();
     s3_location l = resolve_s3_location(prefix, o, env, s);
@@ -106,13 +57,13 @@ std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& 
             std::size_t end = r.body.find("</Contents>", at);
             if (end == std::string::npos) break;
             s3_entry e;
-            e.key = field(r.body, "Key", at, end);
-            e.size = std::strtoull(field(r.body, "Size", at, end).c_str(), nullptr, 10);
-            e.etag = field(r.body, "ETag", at, end);
+            e.key = xml_field(r.body, "Key", at, end);
+            e.size = std::strtoull(xml_field(r.body, "Size", at, end).c_str(), nullptr, 10);
+            e.etag = xml_field(r.body, "ETag", at, end);
             if (!e.key.empty()) out.push_back(std::move(e));
         }
-        if (field(r.body, "IsTruncated") != "true") return out;
-        token = field(r.body, "NextContinuationToken");
+        if (xml_field(r.body, "IsTruncated") != "true") return out;
+        token = xml_field(r.body, "NextContinuationToken");
         if (token.empty())
             throw remote_error(r.status, l.location, "the listing is truncated but gives no continuation token",
                                l.auth.label);
@@ -120,10 +71,10 @@ std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& 
     throw remote_error(0, l.location, "the listing did not end after 100000 pages", l.auth.label);
 }
 
-void delete_s3_object(const std::string& location, const settings& config, const s3_options& o,
+void delete_s3_object(const location& where, const settings& config, const s3_options& o,
                       const env_lookup& env) {
     settings s = config.resolved();
-    s3_location l = resolve_s3_location(location, o, env, s);
+    s3_location l = resolve_s3_location(where, o, env, s);
     if (l.key.empty()) throw usage_error("an s3:// location to delete needs an object key: " + l.location);
     http_client client(s);
     http_request rq;

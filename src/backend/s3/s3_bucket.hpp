@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/location.hpp"
 #include "backend/s3/credential_chain.hpp"
 #include "ferry/settings.hpp"
 
@@ -22,12 +23,12 @@ struct s3_entry {
 /// The objects whose keys start with the key of `prefix` ("s3://bucket/a/b/"), in key order.
 /// With `direct_only`, only those directly under it (no further '/'). Throws remote_error
 /// naming s3://bucket/prefix, the status and the credentials used.
-std::vector<s3_entry> list_s3_prefix(const std::string& prefix, const settings& s, bool direct_only = true,
+std::vector<s3_entry> list_s3_prefix(const location& prefix, const settings& s, bool direct_only = true,
                                      const s3_options& o = {}, const env_lookup& env = process_environment());
 
 /// Deletes the object `location`; an object that is not there is no error (S3 answers 204 then
 /// too). Throws remote_error otherwise.
-void delete_s3_object(const std::string& location, const settings& s, const s3_options& o = {},
+void delete_s3_object(const location& where, const settings& s, const s3_options& o = {},
                       const env_lookup& env = process_environment());
 
 }  // namespace ferry::detail

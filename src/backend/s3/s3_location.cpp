@@ -3,7 +3,7 @@
 
 #include <cctype>
 
-#include "backend/http/url.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -19,21 +19,21 @@ bool virtual_host_friendly(const std::string& bucket) {
 
 }  // namespace
 
-std::pair<std::string, std::string> split_s3_url(const std::string& location) {
-    if (url_scheme(location) != "s3") throw usage_error("not an s3:// URL: " + redact_url(location));
-    std::string rest = location.substr(5);
+std::pair<std::string, std::string> split_s3_url(const location& where) {
+    if (where.scheme() != "s3") throw usage_error("not an s3:// URL: " + where.shown());
+    std::string rest(where.rest());  // a key may hold a literal '?' or '#
     auto slash = rest.find('/');
     std::string bucket = rest.substr(0, slash);
     std::string key = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
     if (bucket.empty() || bucket.find_first_of("@?#:") != std::string::npos)
-        throw usage_error("not an s3://bucket/key URL (bad bucket name): " + redact_url(location));
+        throw usage_error("not an s3://bucket/key URL (bad bucket name): " + where.shown());
     return {bucket, key};
 }
 
-s3_location resolve_s3_location(const std::string& location, const s3_options& o, const env_lookup& env,
+s3_location resolve_s3_location(const location& where, const s3_options& o, const env_lookup& env,
                                 const settings& s) {
     s3_location l;
-    std::tie(l.bucket, l.key) = split_s3_url(location);
+    std::tie(l.bucket, l.key) = split_s3_url(where);
     l.location = "s3://" + l.bucket + "/" + l.key;
     l.region = resolve_aws_region(o, env);
 
@@ -44,8 +44,8 @@ s3_location resolve_s3_location(const std::string& location, const s3_options& o
     else if (auto e2 = env("AWS_ENDPOINT_URL"); e2 && !e2->empty()) custom = *e2, l.endpoint_source = "AWS_ENDPOINT_URL";
     else if (std::string p = profile.get("endpoint_url"); !p.empty()) custom = p, l.endpoint_source = "profile " + profile.name;
     while (!custom.empty() && custom.back() == '/') custom.pop_back();
-    if (!custom.empty() && url_scheme(custom) != "http" && url_scheme(custom) != "https")
-        throw usage_error("the S3 endpoint (from " + l.endpoint_source + ") is not an http(s) URL: " + redact_url(custom));
+    if (const location endpoint(custom); !custom.empty() && endpoint.scheme() != "http" && endpoint.scheme() != "https")
+        throw usage_error("the S3 endpoint (from " + l.endpoint_source + ") is not an http(s) URL: " + endpoint.shown());
 
     std::string mode = s.s3_addressing;
     l.path_style = mode == "path" ||
@@ -60,8 +60,9 @@ s3_location resolve_s3_location(const std::string& location, const s3_options& o
     if (l.path_style) {
         l.bucket_url = l.endpoint + "/" + uri_encode(l.bucket, false) + "/";
     } else {
-        auto sep = l.endpoint.find("://") + 3;
-        l.bucket_url = l.endpoint.substr(0, sep) + l.bucket + "." + l.endpoint.substr(sep) + "/";
+        const location endpoint(l.endpoint);
+        const std::size_t host = l.endpoint.size() - endpoint.rest().size();  // after "scheme://"
+        l.bucket_url = l.endpoint.substr(0, host) + l.bucket + "." + l.endpoint.substr(host) + "/";
     }
     l.object_url = l.bucket_url + encoded_key;
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/http/http_client.hpp"
+#include "backend/location.hpp"
 #include "backend/s3/credential_chain.hpp"
 #include "backend/s3/credential_provider.hpp"
 #include "ferry/settings.hpp"
@@ -31,11 +32,11 @@ struct s3_location {
 };
 
 /// Splits "s3://bucket/key"; throws usage_error naming the location when it is not one.
-std::pair<std::string, std::string> split_s3_url(const std::string& location);
+std::pair<std::string, std::string> split_s3_url(const location& where);
 
 /// Resolves everything needed to request the object. Throws remote_error when no credentials
 /// are found, usage_error for a malformed location.
-s3_location resolve_s3_location(const std::string& location, const s3_options& o, const env_lookup& env,
+s3_location resolve_s3_location(const location& where, const s3_options& o, const env_lookup& env,
                                 const settings& s);
 
 }  // namespace ferry::detail

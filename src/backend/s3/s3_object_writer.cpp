@@ -6,19 +6,12 @@
 #include <cstring>
 
 #include "backend/http/http_source.hpp"
-#include "backend/http/url.hpp"
+#include "backend/http/xml_field.hpp"
+#include "backend/location.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
 namespace {
-
-std::string xml_field(const std::string& body, const std::string& tag) {
-    auto a = body.find("<" + tag + ">");
-    if (a == std::string::npos) return {};
-    a += tag.size() + 2;
-    auto b = body.find("</" + tag + ">", a);
-    return b == std::string::npos ? std::string() : body.substr(a, b - a);
-}
 
 // S3 allows parts of 5 MiB to 5 GiB and at most 10,000 of them; 8 MiB parts (or the range size,
 // if larger) keep memory small per writer thread and allow objects up to 80 GB.

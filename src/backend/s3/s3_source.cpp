@@ -21,9 +21,9 @@ http_target target_of(const s3_location& l) {
 
 s3_source::s3_source(s3_location where, const settings& s) : http_source(target_of(where), s), where_(std::move(where)) {}
 
-std::unique_ptr<source> open_s3_object(const std::string& location, open_mode mode, const settings& s,
+std::unique_ptr<source> open_s3_object(const location& where, open_mode mode, const settings& s,
                                        const s3_options& o, const env_lookup& env) {
-    s3_location l = resolve_s3_location(location, o, env, s);
+    s3_location l = resolve_s3_location(where, o, env, s);
     if (l.key.empty() || l.key.back() == '/') throw usage_error("an s3:// location needs an object key: " + l.location);
     switch (mode) {
         case open_mode::read: return std::make_unique<s3_source>(std::move(l), s);
@@ -32,8 +32,8 @@ std::unique_ptr<source> open_s3_object(const std::string& location, open_mode mo
     }
 }
 
-std::unique_ptr<source> open_s3_source(const std::string& location, open_mode mode, const settings& s) {
-    return open_s3_object(location, mode, s, {}, process_environment());
+std::unique_ptr<source> open_s3_source(const location& where, open_mode mode, const settings& s) {
+    return open_s3_object(where, mode, s, {}, process_environment());
 }
 
 }  // namespace ferry::detail

@@ -22,9 +22,9 @@ private:
 
 /// The registry's opener for s3:// locations: open_mode::read gives an s3_source,
 /// open_mode::write an s3_object_writer (multipart upload). Options come from the environment.
-std::unique_ptr<source> open_s3_source(const std::string& location, open_mode mode, const settings& s);
+std::unique_ptr<source> open_s3_source(const location& where, open_mode mode, const settings& s);
 /// The same with explicit options (credentials, endpoint, region) and environment.
-std::unique_ptr<source> open_s3_object(const std::string& location, open_mode mode, const settings& s,
+std::unique_ptr<source> open_s3_object(const location& where, open_mode mode, const settings& s,
                                        const s3_options& o, const env_lookup& env);
 
 }  // namespace ferry::detail

@@ -83,7 +83,7 @@ TEST_F(chain_test, aws_profile_picks_a_profile_and_config_gives_region_and_endpo
     EXPECT_EQ(c.access_key, "AKIADEV");
     EXPECT_NE(c.source.find("profile dev"), std::string::npos);
     EXPECT_EQ(detail::resolve_aws_region({}, env_.lookup()), "eu-west-3");
-    auto l = detail::resolve_s3_location("s3://bucket/a/b c.bin", {}, env_.lookup(), settings{});
+    auto l = detail::resolve_s3_location(detail::location("s3://bucket/a/b c.bin"), {}, env_.lookup(), settings{});
     EXPECT_EQ(l.endpoint, "http://127.0.0.1:9");
     EXPECT_EQ(l.endpoint_source, "profile dev");
     EXPECT_TRUE(l.path_style);
@@ -106,7 +106,7 @@ TEST_F(chain_test, a_named_profile_that_does_not_exist_is_an_error) {
 }
 
 TEST_F(chain_test, web_identity_asks_sts) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--web-token", "jwt-123"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--web-token", "jwt-123"});
     write("token", "jwt-123\n");
     env_.vars["AWS_WEB_IDENTITY_TOKEN_FILE"] = home_ / "token";
     env_.vars["AWS_ROLE_ARN"] = "arn:aws:iam::123456789012:role/ferry";
@@ -128,7 +128,7 @@ TEST_F(chain_test, web_identity_asks_sts) {
 }
 
 TEST_F(chain_test, the_container_endpoint_with_its_authorization_token) {
-    python_server endpoint({backend_test_dir() + "/credential_server.py", "--auth", "Bearer abc"});
+    python_server endpoint({backend_test_dir() + "/s3/credential_server.py", "--auth", "Bearer abc"});
     env_.vars["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = endpoint.url("/container/creds");
     write("auth", "Bearer abc");
     env_.vars["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] = home_ / "auth";
@@ -140,7 +140,7 @@ TEST_F(chain_test, the_container_endpoint_with_its_authorization_token) {
 }
 
 TEST_F(chain_test, instance_metadata_v2) {
-    python_server imds({backend_test_dir() + "/credential_server.py"});
+    python_server imds({backend_test_dir() + "/s3/credential_server.py"});
     env_.vars.erase("AWS_EC2_METADATA_DISABLED");
     env_.vars["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url("/");
     auto c = resolve();
@@ -150,7 +150,7 @@ TEST_F(chain_test, instance_metadata_v2) {
 }
 
 TEST_F(chain_test, a_role_profile_assumes_its_role_with_the_source_profile) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIABASE"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--base-key", "AKIABASE"});
     write(".aws/credentials", "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = base-secret\n");
     write(".aws/config", "[profile mid]\nrole_arn = arn:aws:iam::1:role/mid\nsource_profile = base\n"
                          "[profile dev]\nrole_arn = arn:aws:iam::1:role/dev\nsource_profile = mid\n"
@@ -196,7 +196,7 @@ TEST_F(chain_test, role_profiles_that_cannot_work_say_why) {
 }
 
 TEST_F(chain_test, credential_source_environment_needs_both_keys) {
-    python_server sts({backend_test_dir() + "/credential_server.py", "--base-key", "AKIAENVBASE"});
+    python_server sts({backend_test_dir() + "/s3/credential_server.py", "--base-key", "AKIAENVBASE"});
     write(".aws/config", "[profile ci]\nrole_arn = arn:aws:iam::1:role/ci\ncredential_source = Environment\n");
     env_.vars["AWS_PROFILE"] = "ci";
     env_.vars["AWS_ENDPOINT_URL_STS"] = sts.url();
@@ -251,21 +251,21 @@ TEST_F(chain_test, endpoints_and_addressing_styles) {
     env_.vars["AWS_ACCESS_KEY_ID"] = "AKIAENV";
     env_.vars["AWS_SECRET_ACCESS_KEY"] = "env-secret";
     env_.vars["AWS_REGION"] = "ap-south-1";
-    auto l = detail::resolve_s3_location("s3://my-bucket/k/x.bin", {}, env_.lookup(), settings{});
+    auto l = detail::resolve_s3_location(detail::location("s3://my-bucket/k/x.bin"), {}, env_.lookup(), settings{});
     EXPECT_FALSE(l.path_style);
     EXPECT_EQ(l.object_url, "https://my-bucket.s3.ap-south-1.amazonaws.com/k/x.bin");
-    auto dotted = detail::resolve_s3_location("s3://my.bucket/x", {}, env_.lookup(), settings{});
+    auto dotted = detail::resolve_s3_location(detail::location("s3://my.bucket/x"), {}, env_.lookup(), settings{});
     EXPECT_EQ(dotted.object_url, "https://s3.ap-south-1.amazonaws.com/my.bucket/x");
     env_.vars["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1";
     env_.vars["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:2";
-    auto custom = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), settings{});
+    auto custom = detail::resolve_s3_location(detail::location("s3://b/x"), {}, env_.lookup(), settings{});
     EXPECT_EQ(custom.object_url, "http://127.0.0.1:2/b/x");
     EXPECT_EQ(custom.endpoint_source, "AWS_ENDPOINT_URL_S3");
     settings s;
     s.s3_addressing = "virtual";
-    auto virt = detail::resolve_s3_location("s3://b/x", {}, env_.lookup(), s);
+    auto virt = detail::resolve_s3_location(detail::location("s3://b/x"), {}, env_.lookup(), s);
     EXPECT_EQ(virt.object_url, "http://b.127.0.0.1:2/x");
-    EXPECT_THROW(detail::resolve_s3_location("s3:///x", {}, env_.lookup(), s), usage_error);
+    EXPECT_THROW(detail::resolve_s3_location(detail::location("s3:///x"), {}, env_.lookup(), s), usage_error);
 }
 
 }  // namespace

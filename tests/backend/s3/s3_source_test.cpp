@@ -70,7 +70,7 @@ protected:
         dir_ = nullptr;
     }
     static std::string admin(const std::string& args) {
-        return run(python() + " " + backend_test_dir() + "/moto_admin.py " + server_->endpoint() + " " + args);
+        return run(python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server_->endpoint() + " " + args);
     }
     std::map<std::string, std::string> env_vars() const {
         return {{"HOME", dir_->path()},
@@ -91,7 +91,7 @@ protected:
         settings s;
         s.remote_retry_delay_ms = 5;
         s.remote_retries = 3;
-        return detail::open_s3_object(url, mode, s, o, env);
+        return detail::open_s3_object(detail::location(url), mode, s, o, env);
     }
     static inline moto_server* server_ = nullptr;
     static inline temp_dir* dir_ = nullptr;
@@ -154,7 +154,7 @@ TEST_F(moto_test, virtual_host_addressing_reaches_the_bucket) {
     };
     settings s;
     s.s3_addressing = "virtual";
-    auto src = detail::open_s3_object("s3://data/dir/object.bin", open_mode::read, s, {}, env);
+    auto src = detail::open_s3_object(detail::location("s3://data/dir/object.bin"), open_mode::read, s, {}, env);
     auto& s3 = dynamic_cast<detail::s3_source&>(*src);
     EXPECT_FALSE(s3.where().path_style);
     EXPECT_EQ(s3.where().object_url, "http://data.s3.localhost:" + std::to_string(server_->port()) + "/dir/object.bin");
@@ -238,7 +238,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
     FERRY_NEED_SERVER(moto_missing());
     moto_server server;
     auto admin = [&](const std::string& args) {
-        return run(python() + " " + backend_test_dir() + "/moto_admin.py " + server.endpoint() + " " + args);
+        return run(python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server.endpoint() + " " + args);
     };
     temp_dir dir;
     write_pattern_file(dir / "o.bin", 100000, 9);
@@ -278,7 +278,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
         settings s;
         s.remote_retries = 1;
         s.remote_retry_delay_ms = 1;
-        return detail::open_s3_object(url, mode, s, {}, env);
+        return detail::open_s3_object(detail::location(url), mode, s, {}, env);
     };
     auto src = open_with("s3://signed/a/o.bin", secret);
     std::vector<char> got(1000);
@@ -318,7 +318,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
     };
     settings s;
     s.remote_retries = 1;
-    auto assumed = detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+    auto assumed = detail::open_s3_object(detail::location("s3://signed/a/o.bin"), open_mode::read, s, {}, role_env);
     auto& as_s3 = dynamic_cast<detail::s3_source&>(*assumed);
     EXPECT_EQ(as_s3.where().credentials.access_key.rfind("ASIA", 0), 0u);
     EXPECT_FALSE(as_s3.where().credentials.session_token.empty());
@@ -329,7 +329,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
     // The base key with a wrong secret: STS refuses the AssumeRole signature, naming the link.
     std::ofstream(dir / ".aws/credentials") << "[base]\naws_access_key_id = " << id << "\naws_secret_access_key = nope\n";
     try {
-        detail::open_s3_object("s3://signed/a/o.bin", open_mode::read, s, {}, role_env);
+        detail::open_s3_object(detail::location("s3://signed/a/o.bin"), open_mode::read, s, {}, role_env);
         FAIL() << "AssumeRole with a wrong signature was accepted";
     } catch (const remote_error& e) {
         EXPECT_EQ(e.status(), 403) << e.what();
@@ -346,7 +346,7 @@ TEST(moto_auth, sigv4_signatures_verify) {
         process_env env({{"HOME", dir.path()}, {"AWS_EC2_METADATA_DISABLED", "true"}, {"AWS_ACCESS_KEY_ID", reader_id},
                          {"AWS_SECRET_ACCESS_KEY", reader_secret}, {"AWS_ENDPOINT_URL", server.endpoint()}});
         try {
-            detail::list_s3_prefix("s3://signed/ck/", settings{});
+            detail::list_s3_prefix(detail::location("s3://signed/ck/"), settings{});
             FAIL() << "the reader may list the bucket: the fallback below is not tested";
         } catch (const remote_error& e) {
             EXPECT_EQ(e.status(), 403) << e.what();

@@ -272,7 +272,7 @@ TEST(remote_s3_file, a_safetensors_checkpoint_on_s3_loads_byte_exact) {
     temp_dir dir;
     write_pattern_file(dir / "raw.bin", 1 << 20, 8);
     save_safetensors(dir / "m.safetensors", {{"x", fromfile(dir / "raw.bin", typed_order{dtype::bfloat16})}});
-    std::string admin = python() + " " + backend_test_dir() + "/moto_admin.py " + server.endpoint() + " ";
+    std::string admin = python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server.endpoint() + " ";
     ASSERT_EQ(std::system((admin + "create-bucket ckpt").c_str()), 0);
     ASSERT_EQ(std::system((admin + "put ckpt model/m.safetensors " + dir / "m.safetensors").c_str()), 0);
     scoped_env env({{"AWS_ENDPOINT_URL", server.endpoint()},
@@ -362,7 +362,7 @@ TEST(remote_s3_file, an_assume_role_profile_reads_and_the_doctor_names_it) {
     moto_server server;
     temp_dir dir;
     write_pattern_file(dir / "raw.bin", 100000, 4);
-    std::string admin = python() + " " + backend_test_dir() + "/moto_admin.py " + server.endpoint() + " ";
+    std::string admin = python() + " " + backend_test_dir() + "/s3/moto_admin.py " + server.endpoint() + " ";
     ASSERT_EQ(std::system((admin + "create-bucket roles").c_str()), 0);
     ASSERT_EQ(std::system((admin + "put roles a/raw.bin " + dir / "raw.bin").c_str()), 0);
     std::filesystem::create_directories(dir / ".aws");

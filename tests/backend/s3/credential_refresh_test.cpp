@@ -79,7 +79,7 @@ protected:
         settings s;
         s.remote_retries = 2;
         s.remote_retry_delay_ms = 5;
-        auto src = detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+        auto src = detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
         auto& s3 = dynamic_cast<detail::s3_source&>(*src);
         auto expect = pattern(size_, 0, 3);
         std::vector<std::uint8_t> got(chunk_);
@@ -102,7 +102,7 @@ protected:
 
 // Keys that live 2 s, a read of 4.5 s: renewed ahead of time, no request ever refused.
 TEST_F(refresh_test, each_link_renews_before_expiry) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "2", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "2", "--object",
                           dir_ / "obj.bin", "--web-token", "jwt-1", "--base-key", "AKIABASE"});
     auto envs = links(server);
     std::map<std::string, std::pair<std::string, std::uint64_t>> result;
@@ -140,7 +140,7 @@ TEST_F(refresh_test, each_link_renews_before_expiry) {
 // The server drops keys after 1 s although their Expiration says 60 s (a clock ahead of ours):
 // the reader hears ExpiredToken, renews at once and goes on.
 TEST_F(refresh_test, an_expired_answer_renews_at_once) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "60", "--enforce", "1",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "60", "--enforce", "1",
                           "--object", dir_ / "obj.bin", "--web-token", "jwt-1", "--base-key", "AKIABASE"});
     auto envs = links(server);
     std::map<std::string, std::string> failure;
@@ -165,7 +165,7 @@ TEST_F(refresh_test, an_expired_answer_renews_at_once) {
 
 // Static keys never renew; a refused request with them is an error naming the link.
 TEST_F(refresh_test, static_keys_are_not_renewed) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "2", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "2", "--object",
                           dir_ / "obj.bin"});
     env_map env = {{"HOME", dir_ / "home"}, {"AWS_ENDPOINT_URL", server.url()}, {"AWS_EC2_METADATA_DISABLED", "true"},
                    {"AWS_ACCESS_KEY_ID", "AKIASTATIC"}, {"AWS_SECRET_ACCESS_KEY", "static-secret"}};
@@ -173,7 +173,7 @@ TEST_F(refresh_test, static_keys_are_not_renewed) {
     s.remote_retries = 1;
     s.remote_retry_delay_ms = 1;
     try {
-        detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+        detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
         FAIL() << "an unknown key was served";
     } catch (const remote_error& e) {
         EXPECT_EQ(e.status(), 400);
@@ -185,11 +185,11 @@ TEST_F(refresh_test, static_keys_are_not_renewed) {
 
 // One signer for every object of one chain: a checkpoint's shards ask STS once.
 TEST_F(refresh_test, objects_of_one_chain_share_their_credentials) {
-    python_server server({backend_test_dir() + "/credential_server.py", "--lifetime", "600", "--object",
+    python_server server({backend_test_dir() + "/s3/credential_server.py", "--lifetime", "600", "--object",
                           dir_ / "obj.bin", "--base-key", "AKIABASE"});
     auto env = links(server)["ROLE"];
     settings s;
-    for (int i = 0; i < 5; ++i) detail::open_s3_object("s3://bucket/obj.bin", open_mode::read, s, {}, lookup(env));
+    for (int i = 0; i < 5; ++i) detail::open_s3_object(detail::location("s3://bucket/obj.bin"), open_mode::read, s, {}, lookup(env));
     EXPECT_EQ(server_stats(server)["issued"]["ROLE"].get<int>(), 1);
 }
 
