@@ -149,7 +149,8 @@ struct checkpoint_load_options {
     std::vector<std::pair<std::string, tensor_slice>> slice_rules;
     /// Caller-owned destinations by tensor name: writable (not read_only()), C-order, native
     /// byte order, the shape of the (sliced) tensor, and its dtype (a floating dtype other than
-    /// the file's converts). Each is checked before any byte moves. Selected tensors without one get a fresh allocation.
+    /// the file's converts). Each is checked before any byte moves. Selected tensors without one
+    /// get a fresh allocation.
     std::map<std::string, array> into;
     /// load_state_dict's use: only tensors with a destination in `into` are loaded; selected
     /// tensors without one are reported in plan.unexpected, destinations naming no selected

@@ -248,7 +248,8 @@ dtype target_dtype(const checkpoint_tensor& t, const checkpoint_load_options& o,
     dtype to = t.type;
     if (o.as && can_astype(t.type, *o.as) && is_floating(t.type)) to = *o.as;
     if (!into) return to;
-    if (into->read_only()) throw checkpoint_error(file, t.name, "destination is read-only (its memory was lent read-only)");
+    if (into->read_only())
+        throw checkpoint_error(file, t.name, "destination is read-only (its memory was lent read-only)");
     if (into->type() != to) {
         if (is_floating(t.type) && is_floating(into->type()) && can_astype(t.type, into->type()))
             to = into->type();

@@ -218,7 +218,8 @@ void executor::open() {
             continue;
         }
         const array& a = it->second;
-        if (a.read_only()) throw checkpoint_error(file, t.name, "destination is read-only (its memory was lent read-only)");
+        if (a.read_only())
+            throw checkpoint_error(file, t.name, "destination is read-only (its memory was lent read-only)");
         if (a.type() != to) {
             if (is_floating(t.type) && is_floating(a.type()) && can_astype(t.type, a.type()))
                 to = a.type();
