@@ -47,6 +47,14 @@ FERRY_EXPORT std::string_view to_string(storage_order o) noexcept;
 /// Arrays loaded from one safetensors file share one allocation; it is freed when the last of
 /// them (and the last DLPack export of them) is gone.
 ///
+/// Read-only arrays: a view of memory its producer lent read-only (a read-only numpy array, a
+/// DLPack export flagged read-only, a CUDA array interface marked so) is marked `read_only()`.
+/// Views of it (with_endian, reshaped, a copy of the handle) keep the mark; copies of the
+/// elements (copy_to, clone) are writable. Every ferry call that writes into an array (fromfile_into,
+/// to_native_in_place, checkpoint destinations) refuses a read-only one with usage_error or
+/// checkpoint_error before any byte moves. ferry's DLPack export of it carries the read-only
+/// flag (the versioned export; the legacy one has no flag).
+///
 /// Thread safety: const member functions may be called from many threads; writing the
 /// elements while another thread reads them is a data race, as for any memory.
 class FERRY_EXPORT array {
@@ -85,6 +93,11 @@ public:
     const placement& where() const noexcept { return where_; }
     /// The shared owner of the storage (for views that must keep it alive).
     const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
+    /// True when the elements may not be written through this array (see above).
+    bool read_only() const noexcept { return read_only_; }
+
+    /// The same elements, marked read-only. No copy.
+    array as_read_only() const;
 
     /// The same elements, relabelled: the caller asserts the bytes now are in `order` / the
     /// array now has `layout` (used after an in-place byte swap). No copy.
@@ -100,7 +113,8 @@ public:
     /// keeps it alive until the consumer calls the deleter. Throws usage_error when the
     /// elements are not in native byte order (DLPack has no byte order).
     dlpack::DLManagedTensor* to_dlpack() const;
-    /// The versioned export (DLPack 1.1). `flags` are not set (writable, not a copy).
+    /// The versioned export (DLPack 1.1). `flags`: read-only when the array is, else none
+    /// (writable, not a copy).
     dlpack::DLManagedTensorVersioned* to_dlpack_versioned() const;
 
 private:
@@ -112,6 +126,7 @@ private:
     std::vector<std::int64_t> shape_{0};
     std::size_t size_ = 0;
     placement where_{};
+    bool read_only_ = false;
 };
 
 /// An array with a name (a safetensors tensor; "" for a .npy or raw file).

@@ -147,9 +147,10 @@ struct checkpoint_load_options {
     /// Per-tensor slices, by exact name, then by the first matching glob in `slice_rules`.
     std::map<std::string, tensor_slice> slices;
     std::vector<std::pair<std::string, tensor_slice>> slice_rules;
-    /// Caller-owned destinations by tensor name: C-order, native byte order, the shape of the
-    /// (sliced) tensor, and its dtype (a floating dtype other than the file's converts). Each is
-    /// checked before any byte moves. Selected tensors without one get a fresh allocation.
+    /// Caller-owned destinations by tensor name: writable (not read_only()), C-order, native
+    /// byte order, the shape of the (sliced) tensor, and its dtype (a floating dtype other than
+    /// the file's converts). Each is checked before any byte moves. Selected tensors without one
+    /// get a fresh allocation.
     std::map<std::string, array> into;
     /// load_state_dict's use: only tensors with a destination in `into` are loaded; selected
     /// tensors without one are reported in plan.unexpected, destinations naming no selected
@@ -165,7 +166,8 @@ struct checkpoint_load_options {
     progress_fn progress;
     /// Makes the one block the fresh tensors share: at least `bytes` bytes on `where` (an
     /// array library's own pool, say, whose mapped memory takes copies faster than a fresh
-    /// cudaMalloc). The tensors keep the returned array's owner. Empty: ferry allocates.
+    /// cudaMalloc). The tensors keep the returned array's owner; a read-only one is refused.
+    /// Empty: ferry allocates.
     std::function<array(std::uint64_t bytes, const placement& where)> allocate;
     /// Called once on the loading thread as soon as the reads that land in place are under
     /// way, with the tensors (their bytes not complete yet) and the plan: work that only needs

@@ -25,6 +25,7 @@ FERRY_EXPORT array to_native(const array& a, stream_t s = nullptr);
 
 /// Swaps the bytes of `a`'s storage in place and returns the relabelled (native-order) array.
 /// Every array sharing that storage sees the swapped bytes: use only on storage you own alone.
+/// A read-only array that is not native is refused with usage_error.
 FERRY_EXPORT array to_native_in_place(const array& a, stream_t s = nullptr);
 
 /// `a` in C order: `a` itself when it already is (or when C and Fortran order coincide), else

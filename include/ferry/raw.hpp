@@ -29,7 +29,8 @@ FERRY_EXPORT array fromfile(const std::string& path, typed_order type, std::int6
 /// allocation. count -1 reads out's element count, which must fit in the file after `offset`;
 /// an explicit count must equal it. A byte order other than native is swapped in place (on
 /// the GPU for device memory) unless options.keep_byte_order. options.as and options.c_order
-/// would need other storage: refused with usage_error, as is a mismatch of dtype or size.
+/// would need other storage: refused with usage_error, as is a read-only `out` or a mismatch of
+/// dtype or size.
 /// Returns a view of `out` (in the file's byte order when it was kept).
 FERRY_EXPORT array fromfile_into(const std::string& path, typed_order type, const array& out,
                                  std::int64_t count = -1, std::uint64_t offset = 0,

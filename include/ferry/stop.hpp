@@ -26,9 +26,10 @@ private:
 
 /// While alive, the ferry calls this thread makes, and the work they hand to ferry's own threads,
 /// stop with ferry::interrupted_error soon after `source` asks: engine tasks check before they
-/// start, HTTP transfers every 20 ms, retry waits every 10 ms. A write stopped this way leaves no
-/// destination file (saves are atomic). Scopes nest; the innermost one counts. Not copyable;
-/// destroy on the thread that made it.
+/// start, the chunks of a read or write through the stream lanes before each one's file side
+/// starts, writes to local files every 4 MiB, HTTP transfers every 20 ms, retry waits every
+/// 10 ms. A write stopped this way leaves no destination file (saves are atomic). Scopes nest;
+/// the innermost one counts. Not copyable; destroy on the thread that made it.
 class FERRY_EXPORT stop_scope {
 public:
     explicit stop_scope(const stop_source& source);

@@ -368,8 +368,10 @@ def as_destination(obj: Any, what: str) -> _ferry.Array:
     """A ferry.Array viewing `obj`'s memory, which a read will write: read-only memory, memory
     that is not C-contiguous and objects without memory of their own (a list would be copied,
     and the copy written) are refused, naming `what` ("fromfile: out=", "into['w']"), before
-    any byte moves."""
+    any byte moves. A read-only ferry.Array (a view of memory lent read-only) is refused too."""
     if isinstance(obj, _ferry.Array):
+        if obj.readonly:
+            raise UsageError("%s: the destination is read-only (a ferry.Array of memory lent read-only)" % what)
         return obj
     if isinstance(obj, np.ndarray) or not (
         hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
@@ -387,7 +389,10 @@ def as_destination(obj: Any, what: str) -> _ferry.Array:
         if not arr.flags.c_contiguous:
             raise UsageError("%s: the destination must be C-contiguous" % what)
         return _ferry.as_array(arr, dtype_text(arr.dtype)[0], True)
-    return _ferry.as_array(obj, None, True)
+    try:
+        return _ferry.as_array(obj, None, True)
+    except UsageError as e:  # read-only (DLPack flag, CUDA array interface) or strided memory
+        raise UsageError("%s: %s" % (what, e)) from None
 
 
 def text_key(path: str, what: str, key: Any) -> str:

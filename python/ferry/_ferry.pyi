@@ -39,6 +39,9 @@ class Array:
     @property
     def data_ptr(self) -> int: ...
     @property
+    def readonly(self) -> bool:
+        """True for a view of memory lent read-only: ferry writes nothing into it."""
+    @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
     def __dlpack__(

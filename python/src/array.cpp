@@ -121,7 +121,7 @@ nb::dict cuda_array_interface(const array& a) {
     nb::dict d;
     d["shape"] = shape_tuple(a.shape());
     d["typestr"] = typestr(a);
-    d["data"] = nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), false);
+    d["data"] = nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), a.read_only());
     d["version"] = 3;
     if (a.layout() == storage_order::c || a.is_c_and_fortran()) {
         d["strides"] = nb::none();
@@ -142,6 +142,10 @@ nb::object host_bytes(const array& a) {
     auto* keep = new array(a);
     nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<array*>(p); });
     std::size_t n = a.nbytes();
+    if (a.read_only()) {  // numpy's view stays read-only too
+        nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(a.data(), {n}, owner);
+        return nb::cast(bytes, nb::rv_policy::reference);
+    }
     nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> bytes(a.data(), {n}, owner);
     return nb::cast(bytes, nb::rv_policy::reference);
 }
@@ -183,6 +187,11 @@ void bind_array(nb::module_& m) {
         .def_prop_ro("device", [](const array& a) { return device_string(a.where()); },
                      "'cpu', 'pinned', 'cuda:N' or 'managed:N'.")
         .def_prop_ro("data_ptr", [](const array& a) { return reinterpret_cast<std::uintptr_t>(a.data()); })
+        .def_prop_ro("readonly", [](const array& a) { return a.read_only(); },
+                     "True when the array views memory lent read-only (a read-only numpy array,\n"
+                     "a DLPack or CUDA array interface export marked read-only): ferry writes\n"
+                     "nothing into it (out=, into=, File.read refuse it), and its own exports\n"
+                     "say read-only.")
         .def("__len__",
              [](const array& a) {
                  if (a.ndim() == 0) throw nb::type_error("len() of a 0-d array");
@@ -243,7 +252,8 @@ void bind_array(nb::module_& m) {
         "obj"_a, "dtype"_a = nb::none(), "writable"_a = false,
         "A ferry.Array viewing the memory of `obj` (no copy); `obj` stays alive as long as the\n"
         "view. `dtype` (a numpy name or type string such as '>f4') overrides the element type.\n"
-        "`writable`: the view will be written (read-only memory is refused).");
+        "`writable`: the view will be written (read-only memory is refused); otherwise a view\n"
+        "of read-only memory is a read-only ferry.Array.");
 
     m.def(
         "as_arrays",

@@ -44,7 +44,7 @@ struct foreign_memory {
 foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced = false);
 
 /// A ferry::array view of `m` (which must have a known type and be contiguous); `type`
-/// overrides the element type.
+/// overrides the element type. Read-only memory gives a read-only array.
 array as_array(const foreign_memory& m, std::optional<typed_order> type = std::nullopt);
 
 /// Waits until `m`'s producer's pending work on its memory is done (for writers without a

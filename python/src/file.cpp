@@ -108,8 +108,14 @@ struct request_memory {
     std::size_t n = 0;
 };
 
-request_memory memory_for(nb::handle buf, bool writable, std::optional<std::size_t> size) {
-    request_memory r{import_memory(buf, writable)};
+// `what` names the argument in errors ("File.read: buf"): read-only memory is refused there.
+request_memory memory_for(nb::handle buf, bool writable, std::optional<std::size_t> size, const std::string& what) {
+    request_memory r;
+    try {
+        r.mem = import_memory(buf, writable);
+    } catch (const usage_error& e) {
+        throw usage_error(what + ": " + e.what());
+    }
     r.n = size ? *size : r.mem.nbytes;
     if (r.n > r.mem.nbytes)
         throw usage_error("size " + std::to_string(r.n) + " is larger than the buffer (" +
@@ -129,7 +135,7 @@ std::future<std::size_t> start(const file& f, const request_memory& r, bool read
 std::size_t transfer(const py_file& self, nb::handle buf, std::uint64_t offset,
                      std::optional<std::size_t> size, bool read) {
     const file& f = self.get();
-    request_memory r = memory_for(buf, read, size);
+    request_memory r = memory_for(buf, read, size, read ? "File.read: buf" : "File.write: buf");
     return interruptible([&] {
         // The call returns only when the bytes have moved, so whatever the caller queues on the
         // producer's stream afterwards is ordered after it already: waiting for the work queued
@@ -143,7 +149,7 @@ std::size_t transfer(const py_file& self, nb::handle buf, std::uint64_t offset,
 py_future transfer_async(const py_file& self, nb::handle buf, std::uint64_t offset,
                          std::optional<std::size_t> size, bool read) {
     const file& f = self.get();
-    request_memory r = memory_for(buf, read, size);
+    request_memory r = memory_for(buf, read, size, read ? "File.pread: buf" : "File.pwrite: buf");
     py_future out;
     out.hold = r.mem.owner;
     {
@@ -320,7 +326,7 @@ void bind_file(nb::module_& m) {
                 long long offset = PyLong_AsLongLong(nb::handle(item[1]).ptr());
                 if (offset == -1 && PyErr_Occurred()) throw nb::python_error();
                 if (offset < 0) throw usage_error(which + ": offset " + std::to_string(offset) + " is negative");
-                request_memory r = memory_for(item[2], true, std::nullopt);
+                request_memory r = memory_for(item[2], true, std::nullopt, which + " buffer");
                 batch.push_back({&f.get(), static_cast<std::uint64_t>(offset), r.n, r.mem.data});
                 memories->push_back(std::move(r.mem));
             }

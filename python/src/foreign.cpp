@@ -99,7 +99,10 @@ std::shared_ptr<const void> hold_python(nb::object o) {
 foreign_memory import_memory(nb::handle obj, bool writable, bool producer_synced) {
     if (nb::isinstance<array>(obj)) {
         const array& a = nb::cast<const array&>(obj);
+        if (writable && a.read_only())
+            throw usage_error("cannot read into read-only memory (a read-only ferry.Array)");
         foreign_memory m;
+        m.readonly = a.read_only();
         m.data = a.data();
         m.nbytes = a.nbytes();
         m.type = typed_order{a.type(), a.endian()};
@@ -150,7 +153,8 @@ array as_array(const foreign_memory& m, std::optional<typed_order> type) {
             throw usage_error("the array's byte size is not a multiple of the element size");
         shape = {static_cast<std::int64_t>(m.nbytes / size_of(t->type))};
     }
-    return array(m.owner, m.data, t->type, shape, m.where, m.layout, t->order);
+    array a(m.owner, m.data, t->type, shape, m.where, m.layout, t->order);
+    return m.readonly ? a.as_read_only() : a;
 }
 
 void wait_for_producer(const foreign_memory& m) {

@@ -4,9 +4,10 @@
 // waits for it to end (its files closed, a save's temporary removed) and raises that exception.
 // Measured on a 2-core machine (python/tests/test_interrupt.py): 9-21 ms from SIGINT to the
 // exception in a read from a server sending 64 KiB/s and in the retries against a dead one, where
-// before it came when the read ended (14.5 s) or the retries gave up; 0.12-0.22 s in a 1 GiB save
-// on one thread, the write in flight (one 32 MiB pwrite) and the kernel dropping the temporary's
-// unwritten pages (about 55 ms in close) included, where before it waited for the save (4.4 s).
+// before it came when the read ended (14.5 s) or the retries gave up; 8-82 ms (median 24 ms) in a
+// 1 GiB save on one thread, where before it waited for the save (4.4 s). That includes up to one
+// 20 ms wait here and the write in flight (a 4 MiB pwrite); the temporary's last close, which
+// drops its pages (40-75 ms), runs on a pool worker (formats/atomic_write.cpp).
 #include "bind.hpp"
 
 #include <Python.h>

@@ -53,6 +53,72 @@ def test_into_is_checked_before_any_byte_moves(tmp_path):
     assert bytes(dest) == bytes(range(4))
 
 
+class _DLPackOnly:
+    """Memory reachable only through DLPack: numpy's versioned export of a read-only array
+    carries DLPack's read-only flag."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, **kwargs):
+        return self._arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+class _CAIOnly:
+    """Memory described only by the CUDA array interface, its read-only bit included."""
+
+    def __init__(self, arr):
+        self.__cuda_array_interface__ = {
+            "shape": arr.shape, "typestr": arr.dtype.str, "version": 3, "stream": None,
+            "data": (arr.ctypes.data, not arr.flags.writeable), "strides": None,
+        }
+
+
+def _read_only_arrays(data):
+    """ferry.Arrays made from memory lent read-only, by each protocol that can say so."""
+    ro = np.frombuffer(data, np.int16)
+    yield "buffer", ferry._ferry.as_array(ro)
+    yield "dlpack", ferry._ferry.as_array(_DLPackOnly(ro))
+    yield "cai", ferry._ferry.as_array(_CAIOnly(ro))
+
+
+def test_a_read_only_ferry_array_is_never_written(tmp_path):
+    p = tmp_path / "x.bin"
+    np.arange(10, dtype=np.int16).tofile(p)
+    st = tmp_path / "model.safetensors"
+    ferry.save(st, {"w": np.arange(10, dtype=np.int16)})
+    data = bytes(20)
+    for how, a in _read_only_arrays(data):
+        assert a.readonly, how
+        with pytest.raises(ferry.UsageError, match=r"fromfile: out=: the destination is read-only"):
+            ferry.fromfile(p, np.int16, out=a)
+        with pytest.raises(ferry.UsageError, match=r"out= is read-only"):  # the extension's own check
+            ferry._ferry.fromfile_into(str(p), "<i2", a, -1, 0, True)
+        with pytest.raises(ferry.UsageError, match=r"into\['w'\]: the destination is read-only"):
+            ferry.load_checkpoint(st, into={"w": a})
+        with ferry.File(p) as f:
+            with pytest.raises(ferry.UsageError, match=r"File.read: buf: .*read-only"):
+                f.read(a)
+            with pytest.raises(ferry.UsageError, match=r"File.pread: buf: .*read-only"):
+                f.pread(a)
+            with pytest.raises(ferry.UsageError, match=r"piece 0 buffer: .*read-only"):
+                ferry.read_batch([(f, 0, a)])
+        # Its exports say read-only as well, so no consumer writes through them either.
+        assert not np.from_dlpack(a).flags.writeable, how
+        assert not a._host_bytes().flags.writeable, how
+        ferry.save(tmp_path / "ro.npy", a)  # reading from it is fine
+        np.testing.assert_array_equal(np.load(tmp_path / "ro.npy"), np.zeros(10, np.int16))
+    assert data == bytes(20)
+    # Writable memory gives writable arrays, which take the bytes.
+    for a in (ferry._ferry.as_array(np.zeros(10, np.int16)), ferry.fromfile(p, np.int16, like="ferry")):
+        assert not a.readonly
+        ferry.fromfile(p, np.int16, out=a)
+        np.testing.assert_array_equal(np.from_dlpack(a), np.arange(10, dtype=np.int16))
+
+
 def _numpy_bytes(save, *args):
     import io
 

@@ -17,11 +17,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULT_SERVER = os.path.join(HERE, "..", "..", "tests", "backend", "http", "fault_server.py")
-# Measured on a busy 2-core machine: 9-21 ms for reads, 0.12-0.22 s for a 1 GiB save (the write
-# in flight and the kernel dropping the temporary's pages). The bounds leave room for a loaded CI
-# runner without letting "when the call ends" (4-15 s here before) pass.
+# Measured on a busy 2-core machine: 9-21 ms for reads, 16-62 ms for a 1 GiB save (the 4 MiB
+# write in flight; the temporary's last close, which drops its pages, runs on a pool worker).
+# The read bound leaves room for a loaded CI runner without letting "when the call ends" (4-15 s
+# here before) pass. A save must stop within 100 ms: the median of three tries is held to it
+# (0.08-0.15 s before the save wrote in 4 MiB pieces and closed in the background).
 BOUND = 0.3
-SAVE_BOUND = 0.6
+SAVE_BOUND = 0.1
 
 
 def _line(proc, seconds):
@@ -121,12 +123,15 @@ def test_ctrl_c_stops_the_retries_against_a_dead_server(fault_server):
 
 def test_ctrl_c_stops_a_save_and_leaves_no_file(fault_server, tmp_path):
     target = tmp_path / "big.npy"
-    # One writer thread: 1 GiB takes about a second to write here, the signal comes at 0.2 s.
-    latency, _ = _interrupt([fault_server + "/ok/warm", "save", str(target), str(1 << 30)], 0.2,
-                            env={"FERRY_THREADS": "1"})
-    print("SIGINT to KeyboardInterrupt: %.3f s" % latency)
-    assert latency < SAVE_BOUND
-    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # neither the file nor a temporary
+    latencies = []
+    for _ in range(3):
+        # One writer thread: 1 GiB takes a few seconds to write here, the signal comes at 0.2 s.
+        latency, _ = _interrupt([fault_server + "/ok/warm", "save", str(target), str(1 << 30)], 0.2,
+                                env={"FERRY_THREADS": "1"})
+        latencies.append(latency)
+        assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # neither the file nor a temporary
+    print("SIGINT to KeyboardInterrupt: %s s" % ", ".join("%.3f" % x for x in latencies))
+    assert sorted(latencies)[1] < SAVE_BOUND, latencies
 
 
 def _cli():

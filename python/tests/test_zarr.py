@@ -711,6 +711,35 @@ def test_gpu_without_nvcomp_falls_back_counted(tmp_path, cupy, monkeypatch):
     assert s["cpu_fallbacks"] == {"nvCOMP is unavailable (forced by the test)": 20}
 
 
+def test_opened_outside_enable_gpu_read_inside_without_cupy_says_what_to_do(tmp_path, monkeypatch):
+    # zarr allocates a read's result before the store or the pipeline hears of it: an array
+    # opened outside enable_gpu() (where ferry's checks saw host buffers) and read inside it
+    # failed with zarr's "'NoneType' object has no attribute 'empty'" where CuPy is missing.
+    from zarr.core.buffer import gpu
+
+    from ferry.zarr import _store
+
+    ref = _write(tmp_path / "a.zarr", dtype="float32")
+    monkeypatch.setattr(gpu, "cp", None)  # CuPy missing, whether or not it is installed here
+    monkeypatch.setattr(_store, "optional_module", lambda name: None)
+    for pipeline in (fz.enable, lambda: zarr.config.set({})):
+        with pipeline():
+            z = zarr.open_array(store=fz.Store(tmp_path / "a.zarr"), mode="r")
+            with zarr.config.enable_gpu(), pytest.raises(ferry.UsageError, match="install CuPy"):
+                z[:4]
+            _same(z[:4], ref[:4])  # outside it, the same array reads into host memory
+
+
+def test_gpu_opened_outside_enable_gpu_read_inside(tmp_path, cupy):
+    ref = _write(tmp_path / "a.zarr", dtype="float32")
+    with fz.enable():
+        z = zarr.open_array(store=fz.Store(tmp_path / "a.zarr"), mode="r")
+        with zarr.config.enable_gpu():
+            got = z[:8]
+    assert isinstance(got, cupy.ndarray)
+    _same(cupy.asnumpy(got), ref[:8])
+
+
 def test_read_only_store_needs_its_root(tmp_path):
     from zarr.core.sync import sync
 

@@ -218,6 +218,12 @@ array array::with_endian(ferry::byte_order order) const {
     return a;
 }
 
+array array::as_read_only() const {
+    array a = *this;
+    a.read_only_ = true;
+    return a;
+}
+
 array array::reshaped(std::vector<std::int64_t> shape) const {
     if (layout_ != storage_order::c && !is_c_and_fortran())
         throw usage_error("reshape needs a C-order array");
@@ -243,7 +249,7 @@ dlpack::DLManagedTensor* array::to_dlpack() const {
 dlpack::DLManagedTensorVersioned* array::to_dlpack_versioned() const {
     auto* e = make_export<dlpack::DLManagedTensorVersioned>(*this);
     e->managed.version = {dlpack::major_version, dlpack::minor_version};
-    e->managed.flags = 0;
+    e->managed.flags = read_only_ ? dlpack::flag_read_only : 0;
     return &e->managed;
 }
 

@@ -34,6 +34,9 @@ array to_native(const array& a, stream_t s) {
 
 array to_native_in_place(const array& a, stream_t s) {
     if (a.is_native()) return a;
+    if (a.read_only())
+        throw usage_error("to_native_in_place: the array is read-only (its memory was lent read-only); "
+                          "to_native makes a native copy");
     swap_storage(a, a.data(), s);
     if (a.where().on_gpu()) kernels::synchronize(s, a.where().device);
     return a.with_endian(native_byte_order);

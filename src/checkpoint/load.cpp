@@ -41,6 +41,7 @@ array make_block(std::uint64_t bytes, const checkpoint_load_options& o) {
     if (!o.allocate) return array(dtype::uint8, {static_cast<std::int64_t>(bytes)}, o.where);
     array b = o.allocate(bytes, o.where);
     const placement w = b.where();
+    if (b.read_only()) throw usage_error("load_checkpoint: the allocator returned read-only memory");
     if (b.nbytes() < bytes || b.data() == nullptr)
         throw usage_error("load_checkpoint: the allocator returned " + std::to_string(b.nbytes()) + " bytes, " +
                           std::to_string(bytes) + " asked");

@@ -242,12 +242,15 @@ extent_of_slice slice_extent(const checkpoint_tensor& t, const tensor_slice* s, 
 }
 
 /// The dtype a tensor lands in: asked for with `as`, or implied by a destination of another
-/// float dtype. A destination of the wrong shape, layout, device or dtype is refused by name.
+/// float dtype. A destination that is read-only, or of the wrong shape, layout, device or dtype,
+/// is refused by name.
 dtype target_dtype(const checkpoint_tensor& t, const checkpoint_load_options& o, const array* into,
                    const std::vector<std::int64_t>& shape, std::uint64_t out_elems, const std::string& file) {
     dtype to = t.type;
     if (o.as && can_astype(t.type, *o.as) && is_floating(t.type)) to = *o.as;
     if (!into) return to;
+    if (into->read_only())
+        throw checkpoint_error(file, t.name, "destination is read-only (its memory was lent read-only)");
     if (into->type() != to) {
         if (is_floating(t.type) && is_floating(into->type()) && can_astype(t.type, into->type()))
             to = into->type();

@@ -19,6 +19,7 @@
 
 #include "ferry/error.hpp"
 #include "ferry/memory.hpp"
+#include "io/engine.hpp"
 #include "os/alignment.hpp"
 #include "os/posix_io.hpp"
 #include "os/sys.hpp"
@@ -174,11 +175,26 @@ atomic_write::~atomic_write() {
         // here (ext4), a time during which an interrupted save still showed its temporary.
         sys::unlink(temp_.c_str());
         try {
-            file_.reset();
+            file_.reset();  // cheap: the lock descriptor still holds the file
         } catch (...) {
         }
+        if (lock_fd_ >= 0 && detail::stop_requested() && close_in_background(lock_fd_)) lock_fd_ = -1;
     }
     if (lock_fd_ >= 0) sys::close(lock_fd_);
+}
+
+bool atomic_write::close_in_background(int fd) noexcept {
+    // The last close of the unlinked temporary drops its pages, waiting for any under writeback:
+    // 38-74 ms after a stopped 1 GiB save on the 2-core development machine, most of the time
+    // from the signal to the exception. A stopped save has nothing left to report, so a worker
+    // of the engine's pool (no new thread) closes it while the caller goes on.
+    try {
+        std::shared_ptr<detail::engine> e = detail::engine::shared(settings::global().resolved());
+        e->pool().submit([fd] { sys::close(fd); });
+        return true;
+    } catch (...) {
+        return false;  // closed here, as before
+    }
 }
 
 void atomic_write::write(const std::vector<write_piece>& pieces) {
@@ -219,7 +235,8 @@ void atomic_write::write(const std::vector<write_piece>& pieces) {
             hint = false;
             continue;
         }
-        if (!hint) continue;
+        // A stopped save is removed, not written back: no disk work for it.
+        if (!hint || detail::stop_requested()) continue;
         const std::uint64_t end = detail::align_down(parts[i].offset + parts[i].n, page);
         if (end <= pushed) continue;
         hint = detail::start_writeback(lock_fd_, pushed, end - pushed);

@@ -43,7 +43,10 @@ public:
     explicit atomic_write(std::string target);
     atomic_write(const atomic_write&) = delete;
     atomic_write& operator=(const atomic_write&) = delete;
-    /// Removes the temporary file unless committed. Never throws.
+    /// Removes the temporary file unless committed. Never throws. When this thread's stop flag
+    /// asks (a stopped save), the name goes at once and the last descriptor is closed by a
+    /// worker of the engine's pool, so the caller does not wait for the kernel to drop the
+    /// file's pages.
     ~atomic_write();
 
     /// The temporary file, open for writing at explicit offsets.
@@ -66,6 +69,9 @@ public:
     void commit();
 
 private:
+    /// Hands `fd` to a worker to close; false (nothing done) where that cannot be arranged.
+    static bool close_in_background(int fd) noexcept;
+
     std::string target_;
     std::string temp_;
     std::string dir_;

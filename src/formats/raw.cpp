@@ -97,6 +97,8 @@ array fromfile_into(const std::string& path, typed_order type, const array& out,
     if (count < -1) throw usage_error("count must be -1 (out's size) or >= 0");
     if (options.as) throw usage_error(path + ": out= receives the file's items as they are; a dtype conversion needs other storage");
     if (options.c_order) throw usage_error(path + ": out= receives the file's items in C order already");
+    if (out.read_only())
+        throw usage_error(path + ": out= is read-only (its memory was lent read-only); pass writable memory");
     if (out.type() != type.type)
         throw usage_error(path + ": out= has dtype " + std::string(to_string(out.type())) + ", the items are " +
                           std::string(to_string(type.type)));

@@ -31,6 +31,12 @@
 //
 // A request to or from host memory is one file side and a completion on the caller's stream.
 //
+// A request answers to the stop flag of the thread that made it (ferry::stop_scope): host
+// functions run on CUDA's thread, which has none, so the request carries it. Once it asks, no
+// further chunk's file side starts (each start checks, and every read of a gather chunk's
+// groups too); the chunks already moving bytes end, the request fails with interrupted_error,
+// and the lanes' copies of chunks never read move stale bytes, which an error allows.
+//
 // Reads are gathers: a list of extents (rows of one or more files, each row landing packed in
 // GPU memory) cut into lane-buffer-sized chunks. A chunk's file side is a list of reads into its
 // buffer, spread over the file workers; its copies are one cudaMemcpyAsync per run of adjacent
@@ -47,8 +53,10 @@
 #include <vector>
 
 #include "cuda/cuda_runtime.hpp"
+#include "ferry/error.hpp"
 #include "io/file_impl.hpp"
 #include "io/lane_chunks.hpp"
+#include "stop.hpp"
 
 namespace ferry::detail {
 
@@ -94,6 +102,9 @@ struct stream_request {
     };
     std::vector<counted_file> counted;
     std::atomic<bool> cancelled{false};  ///< queueing failed part-way: start no more file sides
+    /// The stop flag of the thread that made the request (null: none), checked before each
+    /// chunk's file side starts and handed to the file workers that run it.
+    stop_flag stop = current_stop();
     /// Unordered requests: the lanes whose closing host function has not run yet.
     std::atomic<std::size_t> lanes_left{0};
     std::mutex error_mutex;
@@ -121,11 +132,14 @@ struct stream_request {
         return error != nullptr;
     }
 
-    /// Starts the file side of chunk i unless it was started or the request failed.
+    /// Starts the file side of chunk i unless it was started, the request failed or its stop
+    /// flag asks to stop (then the request fails with interrupted_error).
     void start(std::size_t i) {
         if (i >= chunks.size() || cancelled || failed()) return;
         if (jobs[i].started.exchange(true)) return;
         try {
+            stop_binding bound(stop);  // the file side's tasks take the flag from this thread
+            throw_if_stopped(file->shown_);
             if (chunks[i].reads.empty()) jobs[i].done = file->start_file_side(r, chunks[i].pos, chunks[i].len, chunks[i].buffer);
             else jobs[i].done = start_reads(chunks[i]);
         } catch (...) {
@@ -192,13 +206,15 @@ struct stream_request {
         st->files = std::move(files);
         std::future<std::size_t> f = st->done.get_future();
         for (auto& g : groups) {
-            workers.submit([st, g = std::move(g), buffer = c.buffer] {
+            workers.submit([st, g = std::move(g), buffer = c.buffer, flag = stop] {
                 std::exception_ptr e;
                 try {
+                    stop_binding bound(flag);
                     io_context where;  // one copy of each file's name, not one per read
                     const file_impl* named = nullptr;
                     for (const lane_read& rd : g) {
                         if (rd.file != named) where.path = rd.file->shown_, named = rd.file;
+                        throw_if_stopped(where.path);
                         for (std::size_t k = 0; k < rd.rows; ++k) {
                             where.offset = rd.offset + k * rd.pitch;
                             where.length = rd.len;

@@ -49,6 +49,20 @@ TEST(array, copies_share_storage_clone_does_not) {
     EXPECT_EQ(std::memcmp(a.data(), c.data(), 4), 0);
 }
 
+TEST(array, read_only_mark_follows_views_not_copies) {
+    array a(dtype::int32, {6});
+    EXPECT_FALSE(a.read_only());
+    array r = a.as_read_only();
+    EXPECT_TRUE(r.read_only());
+    EXPECT_EQ(r.data(), a.data());
+    EXPECT_FALSE(a.read_only());  // the original handle is unchanged
+    EXPECT_TRUE(array(r).read_only());
+    EXPECT_TRUE(r.reshaped({2, 3}).read_only());
+    EXPECT_TRUE(r.with_endian(byte_order::big).read_only());
+    EXPECT_FALSE(r.clone().read_only());
+    EXPECT_FALSE(r.copy_to(placement::host()).read_only());
+}
+
 TEST(array, reshape) {
     array a(dtype::int32, {6});
     EXPECT_EQ(a.reshaped({2, 3}).shape(), (std::vector<std::int64_t>{2, 3}));
@@ -99,6 +113,9 @@ TEST(dlpack, versioned_and_dtypes) {
     EXPECT_EQ(t->dl_tensor.dtype.code, dlpack::kDLBfloat);
     EXPECT_EQ(t->dl_tensor.dtype.bits, 16);
     t->deleter(t);
+    auto* ro = a.as_read_only().to_dlpack_versioned();
+    EXPECT_EQ(ro->flags, dlpack::flag_read_only);
+    ro->deleter(ro);
     array b(dtype::float8_e4m3fn, {1});
     auto* u = b.to_dlpack();
     EXPECT_EQ(u->dl_tensor.dtype.code, 10);

@@ -266,6 +266,9 @@ TEST(Checkpoint, RejectsBadDestinationsBeforeAnyByteMoves) {
     checkpoint_load_options w;
     w.where = placement::cuda(0);
     expect_untouched(w, "layer.0.q");  // a host buffer for a GPU load
+    checkpoint_load_options r;
+    r.into["layer.1.q"] = array(dtype::float32, {32, 32}).as_read_only();
+    expect_untouched(r, "layer.1.q");  // memory lent read-only
 }
 
 TEST(Checkpoint, BudgetTooSmallForOnePieceIsAnErrorAndBackpressureWaits) {

@@ -10,8 +10,11 @@
 #include <fstream>
 #include <numeric>
 #include <string_view>
+#include <vector>
 
 #include "ferry/error.hpp"
+#include "ferry/settings.hpp"
+#include "ferry/stop.hpp"
 #include "os/fault_hook.hpp"
 #include "test_util.hpp"
 
@@ -147,6 +150,57 @@ TEST(atomic_write, a_refused_writeback_hint_changes_nothing_but_speed) {
     auto want = save_pieces(target, true, hints);
     EXPECT_TRUE(test::read_whole(target) == want) << "the saved bytes differ";
     EXPECT_EQ(hints, 1) << "a file system that refuses the hint is asked once per save";
+}
+
+// Counts the bytes a save hands to pwrite and the writeback hints it gives; asks the save to
+// stop at its first pwrite.
+struct stop_at_first_write {
+    static inline std::atomic<std::uint64_t> bytes{0};
+    static inline std::atomic<int> hints{0};
+    static inline const stop_source* stop = nullptr;
+    static int hook(const char* call, std::size_t* n) {
+        const std::string_view c(call);
+        if (c == "sync_file_range") ++hints;
+        if (c == "pwrite" && n) {
+            bytes += *n;
+            stop->request_stop();
+        }
+        return 0;
+    }
+    explicit stop_at_first_write(const stop_source& s) {
+        bytes = 0;
+        hints = 0;
+        stop = &s;
+        sys::hook = &hook;
+    }
+    ~stop_at_first_write() { sys::hook = nullptr; }
+};
+
+// A stopped save ends after the piece of a write in flight (4 MiB), not after the task it is
+// part of (32 MiB here), gives no writeback hint, and leaves neither file nor temporary name.
+TEST(atomic_write, a_stopped_save_ends_after_the_piece_in_flight) {
+    const settings saved = settings::global();
+    settings one = saved;
+    one.threads = 1;  // one writer: the bytes moved after the stop are one piece
+    settings::set_global(one);
+    test::temp_dir dir;
+    std::vector<std::uint8_t> big(256u << 20, 1);
+    stop_source stop;
+    {
+        stop_at_first_write counter(stop);
+        stop_scope scope(stop);
+        EXPECT_THROW(
+            {
+                formats::atomic_write w(dir / "big.bin");
+                w.write({{big.data(), big.size(), 0}});
+                w.commit();
+            },
+            interrupted_error);
+    }
+    settings::set_global(saved);
+    EXPECT_LE(stop_at_first_write::bytes.load(), 4u << 20);
+    EXPECT_EQ(stop_at_first_write::hints.load(), 0);
+    EXPECT_EQ(entries(dir.path()), 0);
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ferry/checksum.hpp"
+#include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 #include "test_util.hpp"
 
@@ -78,6 +80,31 @@ TEST(raw, a_file_that_says_0_bytes_but_has_content_is_refused) {
     test::temp_dir dir;  // an empty regular file is empty: 0 items
     test::write_pattern_file(dir / "empty.bin", 0);
     EXPECT_EQ(fromfile(dir / "empty.bin", parse_dtype("uint8")).size(), 0u);
+}
+
+// A read-only array (a view of memory lent read-only) is never written: refused before the
+// file is even opened, naming the argument and why.
+TEST(raw, into_read_only_memory_is_refused_before_any_byte_moves) {
+    test::temp_dir dir;
+    test::write_pattern_file(dir / "r.bin", 16);
+    array out(dtype::uint8, {16});
+    std::memset(out.data(), 0x5a, 16);
+    try {
+        fromfile_into(dir / "r.bin", parse_dtype("uint8"), out.as_read_only());
+        FAIL() << "no error";
+    } catch (const usage_error& e) {
+        EXPECT_NE(std::string(e.what()).find("out= is read-only"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("r.bin"), std::string::npos) << e.what();
+    }
+    auto* b = static_cast<unsigned char*>(out.data());
+    EXPECT_TRUE(std::all_of(b, b + 16, [](unsigned char x) { return x == 0x5a; }));
+    // Swapping in place writes too; a native read-only array passes through untouched.
+    array be(dtype::float32, {4}, placement::host(), storage_order::c, byte_order::big);
+    EXPECT_THROW(to_native_in_place(be.as_read_only()), usage_error);
+    array native(dtype::float32, {4});
+    EXPECT_TRUE(to_native_in_place(native.as_read_only()).read_only());
+    fromfile_into(dir / "r.bin", parse_dtype("uint8"), out);  // the writable handle still works
+    EXPECT_EQ(std::memcmp(out.data(), test::pattern(16).data(), 16), 0);
 }
 
 TEST(raw, big_endian_and_round_trip) {

@@ -200,6 +200,39 @@ TEST(stream_order_ahead, a_read_after_a_stream_ordered_write_reads_what_it_wrote
     }
 }
 
+// A read on the lanes answers to the stop flag of the thread that made it, between chunks: the
+// host functions that start the later chunks' file sides run on CUDA's thread, which has no
+// flag of its own. Stopped just after the call, with a thousand chunks to go, it fails with
+// interrupted_error instead of reading them all; the lanes serve the next read as before.
+TEST(stream_order_stop, a_stopped_lane_read_starts_no_more_chunks) {
+    FERRY_REQUIRE_GPU();
+    ferry::test::temp_dir d;
+    const std::size_t n = 256u << 20;
+    ferry::test::write_pattern_file(d / "a", n);
+    ferry::settings s;
+    s.gds = ferry::gds_mode::off;
+    s.staging_buffer_size = 64u << 10;  // 256 KiB lane buffers: 1,024 chunks
+    ferry::file f(d / "a", ferry::open_mode::read, s);
+    ferry::device_buffer dst(n);
+    ferry::stream st;
+    for (bool ordered : {true, false}) {
+        ferry::stop_source stop;
+        std::future<std::size_t> fu;
+        {
+            ferry::stop_scope scope(stop);
+            fu = ordered ? f.read_async(dst.data(), n, 0, st.get()) : f.read_async(dst.data(), n, 0);
+        }
+        stop.request_stop();
+        EXPECT_THROW(fu.get(), ferry::interrupted_error) << (ordered ? "on a stream" : "without a stream");
+        ASSERT_EQ(cudaStreamSynchronize(st.get()), cudaSuccess);
+    }
+    EXPECT_EQ(f.read_async(dst.data(), n, 0, st.get()).get(), n);
+    std::vector<std::uint8_t> back(n);
+    ferry::copy_memory(back.data(), dst.data(), n);
+    const auto expect = ferry::test::pattern(n);
+    EXPECT_EQ(std::memcmp(back.data(), expect.data(), n), 0);
+}
+
 const stream_case cases[] = {
     {"staged", ferry::gds_mode::off, ferry::direct_io_mode::off},
     {"staged_direct", ferry::gds_mode::off, ferry::direct_io_mode::on},

@@ -30,7 +30,7 @@ from ._kernels import nvcomp_unavailable_reason
 from ._kernels import reset_stats as _reset_stats
 from ._kernels import stats as _stats
 from ._pipeline import CodecPipeline
-from ._store import Store
+from ._store import Store, guard_gpu_buffers
 
 __all__ = ["CodecPipeline", "Store", "enable", "nvcomp_unavailable_reason", "reset_stats", "stats"]
 
@@ -38,6 +38,9 @@ CodecPipeline.__module__ = __name__
 Store.__module__ = __name__
 PIPELINE_PATH = "ferry.zarr.CodecPipeline"
 register_pipeline(CodecPipeline)
+# An array opened outside zarr.config.enable_gpu() and read inside it: without CuPy, zarr's own
+# allocation of the result would fail with an AttributeError before ferry hears of the read.
+guard_gpu_buffers()
 
 
 def enable() -> Any:

@@ -47,11 +47,16 @@ if TYPE_CHECKING:
 
     from zarr.core.buffer import Buffer, BufferPrototype
 
-__all__ = ["DeviceRange", "PendingReads", "ReadRequest", "Store", "is_gpu_prototype"]
+__all__ = ["DeviceRange", "PendingReads", "ReadRequest", "Store", "guard_gpu_buffers", "is_gpu_prototype"]
 
 # Views of one batch start at this alignment: nvCOMP's batched decoders and the CRC kernel want
 # 16-byte aligned inputs, and 256 bytes keeps each view on its own cache lines.
 _ALIGN = 256
+
+
+_NO_CUPY = ("zarr.config.enable_gpu() asks for chunks in CuPy arrays, and CuPy cannot be "
+            "imported here: install CuPy (cupy-cuda12x or cupy-cuda13x), or read "
+            "without enable_gpu() to get numpy arrays")
 
 
 def is_gpu_prototype(prototype: BufferPrototype) -> bool:
@@ -65,10 +70,42 @@ def is_gpu_prototype(prototype: BufferPrototype) -> bool:
     if not issubclass(prototype.buffer, gpu.Buffer):
         return False
     if optional_module("cupy") is None:
-        raise UsageError("zarr.config.enable_gpu() asks for chunks in CuPy arrays, and CuPy cannot be "
-                         "imported here: install CuPy (cupy-cuda12x or cupy-cuda13x), or read "
-                         "without enable_gpu() to get numpy arrays")
+        raise UsageError(_NO_CUPY)
     return True
+
+
+def guard_gpu_buffers() -> None:
+    """Makes zarr's GPU buffer constructors that reach CuPy before checking for it raise
+    is_gpu_prototype's error when CuPy is missing, instead of zarr's AttributeError ("'NoneType'
+    object has no attribute 'empty'"). An array opened outside ``enable_gpu()`` and read inside
+    it gets there first: zarr allocates the result before the store or the pipeline hears of
+    the read, so ferry's checks at open and in the pipeline come too late. With CuPy present
+    the constructors run as they are. Idempotent."""
+    try:
+        from zarr.core.buffer import gpu
+    except ImportError:  # pragma: no cover - zarr without its GPU module
+        return
+
+    def guard(cls: type, name: str) -> None:
+        method = cls.__dict__.get(name)
+        if not isinstance(method, classmethod) or getattr(method.__func__, "_ferry_guard", False):
+            return
+        original = method.__func__
+
+        def guarded(klass: type, *args: Any, **kwargs: Any) -> Any:
+            if gpu.cp is None:
+                raise UsageError(_NO_CUPY)
+            return original(klass, *args, **kwargs)
+
+        guarded._ferry_guard = True  # type: ignore[attr-defined]
+        guarded.__name__ = original.__name__
+        guarded.__qualname__ = original.__qualname__
+        guarded.__doc__ = original.__doc__
+        setattr(cls, name, classmethod(guarded))
+
+    for name in ("create", "empty", "from_numpy_array"):
+        guard(gpu.NDBuffer, name)
+    guard(gpu.Buffer, "create_zero_length")
 
 
 def check_gpu_buffers() -> None:
