@@ -4,7 +4,7 @@
 #include <cctype>
 #include <mutex>
 
-#include "backend/cufile/cufile_source.hpp"
+#include "backend/alternatives.hpp"
 #include "backend/http/http_source.hpp"
 #include "backend/posix/posix_source.hpp"
 #include "backend/s3/s3_source.hpp"
@@ -22,16 +22,6 @@ std::vector<scheme_entry> built_in() {
         {"s3", "s3", open_s3_source, {}},
     };
 }
-
-// The kinds that no location names: alternatives a source offers (posix_source::alternative).
-struct kind_entry {
-    const char* kind;
-    std::string (*unavailable)(const settings&);
-};
-const kind_entry alternatives[] = {
-    {"direct", nullptr},
-    {"cufile", cufile_unavailable},
-};
 
 struct table {
     fork_safe_mutex& mutex;
@@ -106,8 +96,11 @@ std::unique_ptr<source> open_source(const std::string& location, open_mode mode,
 }
 
 std::string source_unavailable(std::string_view kind, const settings& s) {
-    for (const auto& a : alternatives)
-        if (kind == a.kind) return a.unavailable ? a.unavailable(s) : std::string();
+    // The kinds no location names: the local file's alternatives (backend/alternatives.cpp).
+    if (const local_alternative* a = find_alternative(kind)) {
+        auto no = a->probe ? a->probe(s) : std::nullopt;
+        return no ? no->text : std::string();
+    }
     source_availability check;
     {
         table& t = schemes();

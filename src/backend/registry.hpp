@@ -45,7 +45,7 @@ std::unique_ptr<source> open_source(const std::string& location, open_mode mode,
 
 /// Why sources of `kind` cannot be used ("" when they can, or when the kind is unknown). The
 /// planner and the doctor both ask here. Kinds: every registered scheme's, plus the local
-/// file's alternatives "direct" and "cufile".
+/// file's alternatives (backend/alternatives.hpp).
 std::string source_unavailable(std::string_view kind, const settings& s);
 
 /// The registered schemes, in registration order (for messages and `ferry doctor`).
