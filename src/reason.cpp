@@ -25,6 +25,7 @@ std::string_view to_string(reason_code c) noexcept {
         case reason_code::no_gpu: return "no_gpu";
         case reason_code::registered: return "registered";
         case reason_code::no_ranges: return "no_ranges";
+        case reason_code::io_uring_on: return "io_uring_on";
         case reason_code::opened_write_only: return "opened_write_only";
         case reason_code::direct_io_unsupported_fs: return "direct_io_unsupported_fs";
         case reason_code::direct_io_open_failed: return "direct_io_open_failed";
@@ -34,6 +35,12 @@ std::string_view to_string(reason_code c) noexcept {
         case reason_code::cufile_driver_failed: return "cufile_driver_failed";
         case reason_code::cufile_register_failed: return "cufile_register_failed";
         case reason_code::registration_changed: return "registration_changed";
+        case reason_code::io_uring_not_built: return "io_uring_not_built";
+        case reason_code::io_uring_disabled: return "io_uring_disabled";
+        case reason_code::io_uring_not_permitted: return "io_uring_not_permitted";
+        case reason_code::io_uring_not_supported: return "io_uring_not_supported";
+        case reason_code::io_uring_setup_failed: return "io_uring_setup_failed";
+        case reason_code::io_uring_off: return "io_uring_off";
         case reason_code::whole_tensor: return "whole_tensor";
         case reason_code::slice_covers_dimension: return "slice_covers_dimension";
         case reason_code::outermost_slice: return "outermost_slice";

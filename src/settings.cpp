@@ -53,6 +53,7 @@ constexpr std::string_view names[] = {
     "FERRY_CUFILE_LIBRARY",  "FERRY_REMOTE_CONCURRENCY", "FERRY_REMOTE_RANGE_SIZE",
     "FERRY_REMOTE_CONNECT_TIMEOUT", "FERRY_REMOTE_TIMEOUT", "FERRY_REMOTE_RETRIES",
     "FERRY_REMOTE_RETRY_DELAY", "FERRY_REMOTE_CA_BUNDLE", "FERRY_S3_ADDRESSING",
+    "FERRY_IO_URING",        "FERRY_IO_URING_QUEUE_DEPTH",
 };
 
 // Durations: "250ms", "10s", "2m", or a bare number of milliseconds.
@@ -136,6 +137,13 @@ void apply_setting(settings& s, std::string_view name, std::string_view value) {
         else if (v == "on" || v == "1" || v == "true") s.direct_io = direct_io_mode::on;
         else if (v == "off" || v == "0" || v == "false") s.direct_io = direct_io_mode::off;
         else bad("must be auto, on or off");
+    } else if (name == "FERRY_IO_URING") {
+        if (v == "auto") s.io_uring = io_uring_mode::auto_;
+        else if (v == "on" || v == "1" || v == "true") s.io_uring = io_uring_mode::on;
+        else if (v == "off" || v == "0" || v == "false") s.io_uring = io_uring_mode::off;
+        else bad("must be auto, on or off");
+    } else if (name == "FERRY_IO_URING_QUEUE_DEPTH") {
+        s.io_uring_queue_depth = parse_count(name, value, 1, 4096);
     } else if (name == "FERRY_LOG_LEVEL") {
         if (v == "error") s.log = log_level::error;
         else if (v == "warn" || v == "warning") s.log = log_level::warn;
@@ -246,6 +254,8 @@ std::string to_json(const settings& s) {
     j["gds"] = std::string(to_string(s.gds));
     j["gds_threshold"] = s.gds_threshold;
     j["direct_io"] = std::string(to_string(s.direct_io));
+    j["io_uring"] = std::string(to_string(s.io_uring));
+    j["io_uring_queue_depth"] = s.io_uring_queue_depth;
     j["log_level"] = std::string(to_string(s.log));
     j["cufile_library"] = s.cufile_library;
     j["remote_concurrency"] = s.remote_concurrency;
@@ -274,6 +284,15 @@ std::string_view to_string(direct_io_mode m) {
         case direct_io_mode::auto_: return "auto";
         case direct_io_mode::on: return "on";
         case direct_io_mode::off: return "off";
+    }
+    return "?";
+}
+
+std::string_view to_string(io_uring_mode m) {
+    switch (m) {
+        case io_uring_mode::auto_: return "auto";
+        case io_uring_mode::on: return "on";
+        case io_uring_mode::off: return "off";
     }
     return "?";
 }

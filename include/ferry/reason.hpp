@@ -35,6 +35,7 @@ enum class reason_code : std::uint16_t {
     no_gpu,                ///< no GPU: a read into GPU memory is planned for host memory
     registered,            ///< the file is registered (ferry::registered_file), or why not
     no_ranges,             ///< the server serves no byte ranges: one plain GET per read
+    io_uring_on,           ///< FERRY_IO_URING=on: reads through io_uring, or why it cannot serve
 
     // Causes: why an alternative cannot serve this file, as its probe found.
     opened_write_only,          ///< the file is open for writing only
@@ -46,6 +47,12 @@ enum class reason_code : std::uint16_t {
     cufile_driver_failed,       ///< cuFileDriverOpen failed (the text has its status)
     cufile_register_failed,     ///< cuFileHandleRegister refused the file (the text has its status)
     registration_changed,       ///< the registered file changed since its registration
+    io_uring_not_built,         ///< this build of ferry has no io_uring (no liburing at build time)
+    io_uring_disabled,          ///< the kernel disables io_uring (/proc/sys/kernel/io_uring_disabled)
+    io_uring_not_permitted,     ///< io_uring_setup refused: EPERM (a container's seccomp profile)
+    io_uring_not_supported,     ///< io_uring_setup is missing: ENOSYS (an old or limited kernel)
+    io_uring_setup_failed,      ///< io_uring_setup failed otherwise (the text has errno)
+    io_uring_off,               ///< FERRY_IO_URING=off
 
     // A checkpoint tensor's read route (tensor_plan::code).
     whole_tensor,            ///< the whole tensor: one byte range

@@ -4,6 +4,7 @@
 
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/direct/direct_source.hpp"
+#include "backend/io_uring/io_uring_source.hpp"
 #include "shim/cufile.hpp"
 
 namespace ferry::detail {
@@ -36,6 +37,10 @@ std::unique_ptr<source> open_cufile(const alternative_base& b, unavailable_reaso
     return cufile_source::open(b.path, fd, b.mode != open_mode::read, why);
 }
 
+std::unique_ptr<source> open_io_uring(const alternative_base& b, unavailable_reason& why) {
+    return open_io_uring_source(b.path, b.fd, b.mode, b.config, why);
+}
+
 // One line per alternative, in the order they open (cuFile may register the O_DIRECT descriptor,
 // so it opens after it and closes before it).
 const local_alternative table[] = {
@@ -46,6 +51,7 @@ const local_alternative table[] = {
     // Found by the file's registration (backend/registered/), not opened by the posix source.
     {"registered", alternative_role::registered_pages,
      {.device_memory = true, .opened_per_file = false}, nullptr, nullptr},
+    {"io_uring", alternative_role::batched_reads, {.host_memory = true}, io_uring_probe, open_io_uring},
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The local file's alternatives: other ways to move the bytes of a file the posix source has
-// open (O_DIRECT reads, cuFile DMA, a registration's pinned pages). Each is described once,
+// open (O_DIRECT reads, cuFile DMA, a registration's pinned pages...). Each is described once,
 // in the table of alternatives.cpp, by facts the planner reads (its role, what memory it serves,
 // what it needs) and a probe that says why it cannot be used here, with a stable reason code.
 // The posix source opens them by this table, the planner and the doctor read it: none of them
@@ -23,6 +23,7 @@ enum class alternative_role {
     page_cache_bypass,  ///< reads around the page cache (FERRY_DIRECT_IO, the residency rule)
     device_dma,         ///< moves bytes to and from GPU memory itself (FERRY_GDS)
     registered_pages,   ///< DMA from a registration's pinned pages (ferry::registered_file)
+    batched_reads,      ///< reads into host memory in batched submissions
 };
 
 /// What an alternative serves and needs: facts, not behaviour switches.

@@ -11,6 +11,7 @@ const char* role_name(detail::alternative_role r) {
         case detail::alternative_role::page_cache_bypass: return "page_cache_bypass";
         case detail::alternative_role::device_dma: return "device_dma";
         case detail::alternative_role::registered_pages: return "registered_pages";
+        case detail::alternative_role::batched_reads: return "batched_reads";
     }
     return "?";
 }

@@ -135,6 +135,7 @@ doctor_report run_doctor(const doctor_options& options) {
             json p = doctor::bounded([path, s] { return doctor::probe_remote(path, s); },
                                      {{"path", detail::redact_url(path)}, {"remote", true}, {"exists", false}});
             doctor_path_verdict v{p["path"].get<std::string>(), std::nullopt, {}};
+            p["reason_codes"] = json::array();
             if (doctor::truthy(p, "exists")) {
                 // The engine's own plan, as `ferry load` of the object (a prefix's first object)
                 // makes it: into GPU memory, or host memory without a GPU.

@@ -87,6 +87,8 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, bool
     f.threads = config_.threads;
     f.direct_io = config_.direct_io;
     f.gds = config_.gds;
+    f.io_uring = config_.io_uring;
+    f.io_uring_queue_depth = config_.io_uring_queue_depth;
     f.gds_threshold = config_.gds_threshold;
     f.staging_buffers = engine_->staging().buffers_per_worker();
     f.staging_buffer_size = engine_->staging().buffer_size();

@@ -75,7 +75,27 @@ plan_result plan_route(const plan_facts& f) {
             }
         }
     }
-    const std::string reader = want_direct ? bypass->entry->kind : f.source_kind;
+    // Reads through batched submissions (io_uring): only when FERRY_IO_URING=on. `auto` does not
+    // take them yet: io_uring has not been measured faster than the thread pool's preads on the
+    // target machine (hot reads are a memory copy either way, and the pool already keeps one
+    // read in flight per worker), and until it is, `auto` keeps the measured route.
+    const plan_facts::offer* batched = f.offered(alternative_role::batched_reads);
+    bool want_batched = false;
+    if (!is_write && !want_direct && batched && f.io_uring == io_uring_mode::on) {
+        std::optional<unavailable_reason> no = batched->usable ? batched->usable() : std::nullopt;
+        if (no) {
+            p.refusal = unavailable_reason{"FERRY_IO_URING=on but io_uring cannot be used: " + no->text, 0};
+            say(reason_code::io_uring_on, "FERRY_IO_URING=on but io_uring cannot be used: " + no->text, false,
+                no->cause);
+        } else {
+            want_batched = true;
+            say(reason_code::io_uring_on, "FERRY_IO_URING=on: reads through io_uring, " +
+                                              std::to_string(f.io_uring_queue_depth) + " in flight per thread");
+        }
+    }
+    const std::string reader = want_direct    ? bypass->entry->kind
+                               : want_batched ? batched->entry->kind
+                                              : f.source_kind;
 
     if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) {
         p.chosen = {reader, mover::host, want_direct ? io_path::direct : io_path::host};
@@ -119,7 +139,8 @@ plan_result plan_route(const plan_facts& f) {
         // Nor for a file mostly out of the page cache: there the disk sets the pace, and each
         // worker's own buffered stream (with its readahead) kept it busier than the lanes' reads
         // (cold 8 GiB on the H200 machine: 1.17x against 0.97x a parallel pread).
-        const bool large = !is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on &&
+        const bool large = !is_write && !want_direct && !want_batched && f.memory == memory_kind::device &&
+                           f.gds != gds_mode::on &&
                            f.lanes > 0 && f.lane_threshold != lanes_off && f.size >= f.lane_threshold;
         if (!large) return p;
         if (f.remote) {

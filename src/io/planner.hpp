@@ -57,6 +57,8 @@ struct plan_facts {
     std::size_t threads = 1;
     direct_io_mode direct_io = direct_io_mode::off;
     gds_mode gds = gds_mode::auto_;
+    io_uring_mode io_uring = io_uring_mode::off;
+    std::size_t io_uring_queue_depth = 0;
     std::size_t gds_threshold = 0;
     std::size_t staging_buffers = 0;      ///< per worker
     std::size_t staging_buffer_size = 0;  ///< bytes

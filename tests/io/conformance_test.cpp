@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/io_uring/io_uring_source.hpp"
 #include "backend/memory_source.hpp"
 #include "ferry/ferry.hpp"
 #include "shim/cufile.hpp"
@@ -25,6 +26,8 @@ struct path_case {
     /// Plain paths open the test-only memory source (tests/backend/memory_source.cpp) instead
     /// of the local file: the same checks over a source that is not a POSIX descriptor.
     bool memory_source = false;
+    /// FERRY_IO_URING=on: local reads through the io_uring source (src/backend/io_uring/).
+    bool io_uring = false;
 };
 
 // Test listings name the parameter, not its bytes.
@@ -45,6 +48,12 @@ const path_case cases[] = {
      true},
     {"memory_source_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_,
      io_path::staged, true},
+    {"io_uring_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host, false,
+     true},
+    {"io_uring_pinned", memory_kind::pinned, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host, false,
+     true},
+    {"io_uring_staged_device", memory_kind::device, ferry::gds_mode::off, ferry::direct_io_mode::off,
+     io_path::staged, false, true},
 };
 
 // Memory of one kind, with a view that can be filled and checked from the host.
@@ -111,6 +120,13 @@ protected:
             if (!why.empty()) GTEST_SKIP() << why;
         }
         if (c.memory_source) ferry::test::register_memory_source("file");
+        if (c.io_uring) {
+            s_.io_uring = ferry::io_uring_mode::on;
+            s_.io_uring_queue_depth = 8;
+            // Where the kernel (or a container's seccomp profile) refuses io_uring, every test
+            // here would fail for that one reason.
+            if (auto no = ferry::detail::io_uring_probe(s_)) GTEST_SKIP() << no->text;
+        }
     }
     void TearDown() override {
         if (GetParam().memory_source) ferry::test::restore_local_files();
@@ -139,6 +155,12 @@ TEST_P(conformance, reads_every_offset_length_and_alignment) {
                 ASSERT_EQ(buf.to_host(mis, len), ferry::test::pattern(len, off));
             }
     EXPECT_GT(f.stats().reads(c.expected).bytes, 0u) << "expected path " << ferry::to_string(c.expected);
+    if (c.io_uring) {
+        const ferry::io_stats st = f.stats();
+        const ferry::route_stats* r = st.route("io_uring", c.expected == io_path::staged ? "staged" : "host");
+        ASSERT_NE(r, nullptr) << "the reads went through io_uring";
+        EXPECT_GT(r->read.bytes, 0u);
+    }
 }
 
 TEST_P(conformance, reading_past_the_end_is_an_error) {

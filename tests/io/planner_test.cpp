@@ -315,3 +315,47 @@ TEST(planner, every_code_has_a_name) {
 
 }  // namespace
 }  // namespace ferry::detail
+
+namespace ferry::detail {
+namespace {
+
+// FERRY_IO_URING: `on` reads through the batched alternative, or refuses with its cause;
+// `auto` and `off` never ask its probe (auto waits for a measurement that it is faster).
+TEST(planner, io_uring_is_taken_only_when_asked_for) {
+    for (io_uring_mode mode : {io_uring_mode::auto_, io_uring_mode::off, io_uring_mode::on})
+        for (bool usable : {true, false}) {
+            SCOPED_TRACE(std::string(to_string(mode)) + (usable ? " usable" : " unusable"));
+            int asked = 0;
+            plan_facts f = facts(memory_kind::host, {});
+            f.io_uring = mode;
+            f.io_uring_queue_depth = 32;
+            f.alternatives.push_back({alternative_for(alternative_role::batched_reads),
+                                      [&asked, usable]() -> std::optional<unavailable_reason> {
+                                          ++asked;
+                                          if (usable) return std::nullopt;
+                                          return unavailable_reason{.text = "io_uring_setup is not permitted (EPERM)",
+                                                                    .cause = reason_code::io_uring_not_permitted};
+                                      }});
+            plan_result r = plan_route(f);
+            if (mode != io_uring_mode::on) {
+                EXPECT_EQ(asked, 0);
+                EXPECT_EQ(r.chosen.source, "posix");
+                EXPECT_FALSE(r.refusal);
+                continue;
+            }
+            ASSERT_EQ(r.reasons.size(), 2u);
+            EXPECT_EQ(r.reasons[1].code, reason_code::io_uring_on);
+            if (usable) {
+                EXPECT_EQ(r.chosen.source, "io_uring");
+                EXPECT_EQ(r.chosen.counted_as, io_path::host);
+                EXPECT_FALSE(r.refusal);
+            } else {
+                EXPECT_EQ(r.reasons[1].cause, reason_code::io_uring_not_permitted);
+                ASSERT_TRUE(r.refusal);
+                EXPECT_NE(r.refusal->text.find("EPERM"), std::string::npos);
+            }
+        }
+}
+
+}  // namespace
+}  // namespace ferry::detail
