@@ -11,6 +11,7 @@
 
 #ifdef FERRY_HAVE_LIBURING
 #include <liburing.h>
+#include <unistd.h>
 #endif
 
 namespace ferry::detail {
@@ -28,10 +29,13 @@ constexpr std::size_t max_piece = 0x7ffff000;
 
 /// The calling thread's ring, made on first use with at least `depth` entries and torn down at
 /// the thread's exit. A thread's requests run one at a time, so one ring per thread needs no lock.
+/// A child of fork() has a copy of the forking thread's ring, which shares its queues with the
+/// parent's: the child gives its copy up (unmapping and closing only its own) and makes its own.
 struct thread_ring {
     io_uring ring{};
     unsigned entries = 0;
     bool ok = false;
+    pid_t owner = 0;
     ~thread_ring() { reset(); }
     void reset() noexcept {
         if (ok) io_uring_queue_exit(&ring);
@@ -44,12 +48,14 @@ thread_local thread_ring this_thread_ring;
 
 io_uring& ring_for(std::size_t depth, const io_context& where) {
     thread_ring& r = this_thread_ring;
-    if (r.ok && r.entries >= depth) return r.ring;
+    const pid_t me = ::getpid();
+    if (r.ok && r.entries >= depth && r.owner == me) return r.ring;
     r.reset();
     int e = io_uring_queue_init(static_cast<unsigned>(depth), &r.ring, 0);
     if (e < 0) throw system_error(-e, "io_uring_queue_init failed", where);
     r.ok = true;
     r.entries = static_cast<unsigned>(depth);
+    r.owner = me;
     return r.ring;
 }
 
