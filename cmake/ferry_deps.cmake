@@ -55,3 +55,19 @@ add_library(ferry_cufile_header INTERFACE)
 target_include_directories(ferry_cufile_header SYSTEM INTERFACE ${FERRY_CUFILE_INCLUDE})
 add_library(ferry_nvtx INTERFACE)
 target_include_directories(ferry_nvtx SYSTEM INTERFACE ${FERRY_NVTX_INCLUDE})
+
+# liburing (Debian's liburing-dev): the io_uring source (src/backend/io_uring/). Linked
+# statically where a static library is found, so that neither the wheel nor a machine it is
+# installed on needs liburing; without it the source is compiled out and its probe says why
+# (reason code io_uring_not_built).
+add_library(ferry_liburing INTERFACE)
+find_path(FERRY_LIBURING_INCLUDE liburing.h HINTS ${FERRY_DEPS_DIR}/include)
+find_library(FERRY_LIBURING_LIB NAMES liburing.a uring HINTS ${FERRY_DEPS_DIR}/lib)
+if(FERRY_LIBURING_INCLUDE AND FERRY_LIBURING_LIB)
+  target_include_directories(ferry_liburing SYSTEM INTERFACE ${FERRY_LIBURING_INCLUDE})
+  target_link_libraries(ferry_liburing INTERFACE ${FERRY_LIBURING_LIB})
+  target_compile_definitions(ferry_liburing INTERFACE FERRY_HAVE_LIBURING=1)
+  message(STATUS "ferry: io_uring source with ${FERRY_LIBURING_LIB}")
+else()
+  message(STATUS "ferry: liburing not found (scripts/deps.sh installs it): built without the io_uring source")
+endif()

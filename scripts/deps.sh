@@ -36,6 +36,8 @@ have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
 have_header simdjson.h || missing+=(libsimdjson-dev)
+# liburing: the io_uring source, linked statically (without it the build leaves that source out).
+have_header liburing.h || missing+=(liburing-dev)
 # nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
 if [ $demo = 0 ]; then
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
@@ -102,5 +104,11 @@ if [ $bundle = 1 ]; then
   sj=$(readlink -f /usr/lib/x86_64-linux-gnu/libsimdjson.so)
   cp "$sj" .deps/lib/libsimdjson.so
   cp "$sj" ".deps/lib/$(objdump -p "$sj" | awk '/SONAME/ {print $2}')"
+  # liburing: its headers and its static library, linked into libferry (nothing to install there).
+  if [ -e /usr/lib/x86_64-linux-gnu/liburing.a ]; then
+    rm -rf .deps/include/liburing
+    cp -r "$(find_include liburing.h)" "$(find_include liburing)" .deps/include/
+    cp /usr/lib/x86_64-linux-gnu/liburing.a .deps/lib/
+  fi
   echo "deps: bundle in .deps/ ($(du -sh .deps | cut -f1))"
 fi

@@ -100,7 +100,7 @@ path_plan file::plan() const {
     detail::plan_result p =
         f.plan(cuda_device_count() > 0 ? memory_kind::device : memory_kind::host, std::size_t(1) << 30,
                direction::read);
-    return {p.chosen.counted_as, p.texts()};
+    return {p.chosen.counted_as, p.texts(), p.codes()};
 }
 
 io_stats file::stats() const { return must(impl_).stats(); }

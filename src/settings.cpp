@@ -181,6 +181,12 @@ const setting_row rows[] = {
     {"FERRY_DIRECT_IO", "direct_io",
      [](settings& s, sv n, sv v) { s.direct_io = parse_switch<direct_io_mode>(n, v); },
      show_word<&settings::direct_io>},
+    {"FERRY_IO_URING", "io_uring",
+     [](settings& s, sv n, sv v) { s.io_uring = parse_switch<io_uring_mode>(n, v); },
+     show_word<&settings::io_uring>},
+    {"FERRY_IO_URING_QUEUE_DEPTH", "io_uring_queue_depth",
+     [](settings& s, sv n, sv v) { s.io_uring_queue_depth = parse_count(n, v, 1, 4096); },
+     show<&settings::io_uring_queue_depth>},
     {"FERRY_LOG_LEVEL", "log_level",
      [](settings& s, sv n, sv v) {
          std::string w = word(v);
@@ -320,6 +326,15 @@ std::string_view to_string(direct_io_mode m) {
         case direct_io_mode::auto_: return "auto";
         case direct_io_mode::on: return "on";
         case direct_io_mode::off: return "off";
+    }
+    return "?";
+}
+
+std::string_view to_string(io_uring_mode m) {
+    switch (m) {
+        case io_uring_mode::auto_: return "auto";
+        case io_uring_mode::on: return "on";
+        case io_uring_mode::off: return "off";
     }
     return "?";
 }

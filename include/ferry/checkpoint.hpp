@@ -22,6 +22,7 @@
 #include "ferry/dtype.hpp"
 #include "ferry/error.hpp"
 #include "ferry/export.hpp"
+#include "ferry/reason.hpp"
 #include "ferry/memory.hpp"
 #include "ferry/safetensors.hpp"
 
@@ -185,6 +186,8 @@ struct tensor_plan {
     dtype type = dtype::uint8;        ///< after conversion
     read_route route = read_route::whole;
     std::string reason;               ///< why this route, in plain words
+    /// The same as a stable code (whole_tensor, segments_cheaper...; include/ferry/reason.hpp).
+    reason_code code = reason_code::none;
     std::uint64_t bytes_read = 0;     ///< file bytes this tensor reads
     std::uint64_t temp_bytes = 0;     ///< largest temporary one piece of it needs
     bool convert = false;

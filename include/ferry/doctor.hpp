@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ferry/export.hpp"
+#include "ferry/reason.hpp"
 
 #include <optional>
 #include <string>
@@ -30,6 +31,9 @@ struct FERRY_EXPORT doctor_path_verdict {
     /// (missing, unreadable, a directory where no file can be created).
     std::optional<io_path> route;
     std::vector<std::string> reasons;  ///< every decision that led there, in plain words
+    /// The engine's decisions among them as stable codes (include/ferry/reason.hpp), in order;
+    /// what the doctor adds from its own probes has no code.
+    std::vector<plan_reason> codes;
 };
 
 /// A finished report. Thread safety: a plain value.

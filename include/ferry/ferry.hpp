@@ -13,6 +13,7 @@
 #include "ferry/memory.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"
+#include "ferry/reason.hpp"
 #include "ferry/registered_file.hpp"
 #include "ferry/safetensors.hpp"
 #include "ferry/settings.hpp"

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ferry/memory.hpp"
+#include "ferry/reason.hpp"
 #include "ferry/settings.hpp"
 #include "ferry/stats.hpp"
 #include "ferry/types.hpp"
@@ -29,6 +30,9 @@ namespace ferry {
 struct FERRY_EXPORT path_plan {
     io_path path;                      ///< for a large read into device memory
     std::vector<std::string> reasons;  ///< each decision that led there, in plain words
+    /// The same decisions as stable codes, codes[i] for reasons[i]: match on these, not on the
+    /// words (include/ferry/reason.hpp, docs/doctor.md).
+    std::vector<plan_reason> codes;
 };
 
 namespace detail {

@@ -26,6 +26,13 @@ enum class direct_io_mode {
     off,    ///< buffered reads only
 };
 
+/// io_uring policy for reads of local files (src/backend/io_uring/).
+enum class io_uring_mode {
+    auto_,  ///< io_uring only where it is known to be faster: for now nowhere (not yet measured)
+    on,     ///< every read of a local file through io_uring; an error, with the reason, if unusable
+    off,    ///< never io_uring
+};
+
 enum class log_level { error, warn, info, debug };
 
 /// lane_threshold's value for "off": reads without a stream never take the stream lanes.
@@ -48,6 +55,8 @@ struct FERRY_EXPORT settings {
     gds_mode gds = gds_mode::auto_;           ///< FERRY_GDS
     std::size_t gds_threshold = 1 << 20;      ///< FERRY_GDS_THRESHOLD: smaller requests skip cuFile
     direct_io_mode direct_io = direct_io_mode::off;  ///< FERRY_DIRECT_IO
+    io_uring_mode io_uring = io_uring_mode::auto_;  ///< FERRY_IO_URING
+    std::size_t io_uring_queue_depth = 32;    ///< FERRY_IO_URING_QUEUE_DEPTH: reads in flight per thread
     log_level log = log_level::warn;          ///< FERRY_LOG_LEVEL
     std::string cufile_library = "libcufile.so.0";  ///< FERRY_CUFILE_LIBRARY: what dlopen loads
     /// Remote objects (http://, https://, s3://).
@@ -101,6 +110,7 @@ FERRY_EXPORT std::string to_json(const settings& s);
 
 FERRY_EXPORT std::string_view to_string(gds_mode m);
 FERRY_EXPORT std::string_view to_string(direct_io_mode m);
+FERRY_EXPORT std::string_view to_string(io_uring_mode m);
 FERRY_EXPORT std::string_view to_string(log_level l);
 
 /// Parses "1048576", "64k", "8M", "1G", "2GiB" (binary units). Throws settings_error with `name`.

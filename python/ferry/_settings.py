@@ -3,7 +3,7 @@
 Each attribute is one FERRY_* environment variable without the prefix, in lower case:
 ``threads``, ``task_size``, ``staging_buffer_size``, ``staging_buffers``,
 ``staging_memory_limit``, ``stream_lanes``, ``lane_buffer_size``, ``lane_threshold``, ``gds``,
-``gds_threshold``, ``direct_io``, ``log_level``,
+``gds_threshold``, ``direct_io``, ``io_uring``, ``io_uring_queue_depth``, ``log_level``,
 ``cufile_library``, and for remote objects ``remote_concurrency``, ``remote_range_size``,
 ``remote_connect_timeout``, ``remote_timeout``, ``remote_retry_delay`` (milliseconds, or text
 such as "10s"), ``remote_retries``, ``remote_ca_bundle`` and ``s3_addressing``

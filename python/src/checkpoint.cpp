@@ -70,6 +70,7 @@ nb::dict plan_entry(const tensor_plan& tp) {
     d["name"] = tp.name;
     d["route"] = std::string(to_string(tp.route));
     d["reason"] = tp.reason;
+    d["reason_code"] = std::string(to_string(tp.code));
     d["bytes_read"] = tp.bytes_read;
     d["convert"] = tp.convert;
     d["into"] = tp.into;

@@ -281,6 +281,15 @@ void bind_file(nb::module_& m) {
                 nb::list reasons;
                 for (const auto& r : p.reasons) reasons.append(r);
                 d["reasons"] = reasons;
+                nb::list codes;
+                for (const auto& c : p.codes) {
+                    nb::dict one;
+                    one["code"] = std::string(to_string(c.code));
+                    one["cause"] = c.cause == reason_code::none ? nb::object(nb::none())
+                                                                 : nb::object(nb::str(std::string(to_string(c.cause)).c_str()));
+                    codes.append(one);
+                }
+                d["codes"] = codes;
                 return d;
             },
             "How a large read of this file into GPU memory is served, and why.")

@@ -299,7 +299,11 @@ def test_file_read_write(tmp_path):
         d = np.zeros(8, np.uint32)
         assert f.read(d, 4, size=8) == 8
         np.testing.assert_array_equal(d[:2], a[1:3])
-        assert isinstance(f.plan(), dict)
+        plan = f.plan()
+        assert isinstance(plan, dict)
+        # Each reason in words has its stable code beside it (docs/gds.md#reason-codes).
+        assert len(plan["codes"]) == len(plan["reasons"])
+        assert all(isinstance(c["code"], str) and c["code"] != "?" for c in plan["codes"])
         assert f.stats()["bytes_read"] >= a.nbytes
     assert f.closed
     with pytest.raises(ValueError):

@@ -3,8 +3,7 @@
 
 #include <mutex>
 
-#include "backend/cufile/cufile_handle.hpp"
-#include "backend/cufile/cufile_source.hpp"
+#include "backend/alternatives.hpp"
 #include "backend/http/http_source.hpp"
 #include "backend/http/http_store.hpp"
 #include "backend/posix/posix_source.hpp"
@@ -25,17 +24,6 @@ std::vector<scheme_entry> built_in() {
          write_publication::whole_at_sync},
     };
 }
-
-// The kinds that no location names: alternatives a source offers (posix_source::alternative).
-struct kind_entry {
-    const char* kind;
-    std::string (*unavailable)(const settings&);
-    int (*register_fd)(int fd);  ///< null: the kind registers nothing
-};
-const kind_entry alternatives[] = {
-    {"direct", nullptr, nullptr},
-    {"cufile", cufile_unavailable, [](int fd) { return cufile_handle(fd).status(); }},
-};
 
 struct table {
     fork_safe_mutex& mutex;
@@ -90,8 +78,11 @@ std::unique_ptr<source> open_source(const location& where, open_mode mode, const
 }
 
 std::string source_unavailable(std::string_view kind, const settings& s) {
-    for (const auto& a : alternatives)
-        if (kind == a.kind) return a.unavailable ? a.unavailable(s) : std::string();
+    // The kinds no location names: the local file's alternatives (backend/alternatives.cpp).
+    if (const local_alternative* a = find_alternative(kind)) {
+        auto no = a->probe ? a->probe(s) : std::nullopt;
+        return no ? no->text : std::string();
+    }
     source_availability check;
     {
         table& t = schemes();
@@ -103,9 +94,8 @@ std::string source_unavailable(std::string_view kind, const settings& s) {
 }
 
 int register_probe(std::string_view kind, int fd) {
-    for (const auto& a : alternatives)
-        if (kind == a.kind && a.register_fd) return a.register_fd(fd);
-    return 0;
+    const local_alternative* a = find_alternative(kind);
+    return a && a->register_fd ? a->register_fd(fd) : 0;
 }
 
 std::vector<std::string> registered_schemes() {

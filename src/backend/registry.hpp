@@ -88,7 +88,7 @@ scheme_entry scheme_for(const location& where);
 
 /// Why sources of `kind` cannot be used ("" when they can, or when the kind is unknown). The
 /// planner and the doctor both ask here. Kinds: every registered scheme's, plus the local
-/// file's alternatives "direct" and "cufile".
+/// file's alternatives (backend/alternatives.hpp).
 std::string source_unavailable(std::string_view kind, const settings& s);
 
 /// For the doctor: registers the open descriptor `fd` with the local file's alternative `kind`

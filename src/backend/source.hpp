@@ -14,16 +14,18 @@
 #include <string_view>
 
 #include "ferry/error.hpp"
+#include "ferry/reason.hpp"
 
 namespace ferry::detail {
 
-/// Why a source (or one of its alternatives) cannot be used: plain words, and the code of what
-/// refused (a cuFile status; 0 when there is none).
+/// Why a source (or one of its alternatives) cannot be used: plain words, the code of what
+/// refused (a cuFile status; 0 when there is none) and the stable cause.
 struct unavailable_reason {
     std::string text;
     int code = 0;
     /// The text says that the udev database is missing (why cuFile cannot register files).
     bool udev_missing = false;
+    reason_code cause = reason_code::none;
 };
 
 /// Where a streaming read hands its bytes: consume() is called with consecutive pieces of the
@@ -106,7 +108,7 @@ public:
     virtual void close() {}
 
     /// Another source over the same bytes that the planner may pick instead of this one (a local
-    /// file offers "direct" and "cufile"). Opened on first ask, owned by this source (valid until
+    /// file offers those of backend/alternatives.cpp). Opened on first ask, owned by this source (valid until
     /// its close()); null, with the reason in `why`, when it cannot be used. Thread safe.
     virtual source* alternative(std::string_view kind, unavailable_reason& why);
     /// The fraction of the bytes in the page cache, in [0, 1]; -1 when unknown or meaningless.

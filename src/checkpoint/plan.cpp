@@ -285,6 +285,9 @@ void place_ranges(const checkpoint_tensor& t, const extent_of_slice& e, bool sli
         p.route = read_route::whole;
         p.reason = e.full() ? (e.dim == 0 && t.shape.size() > 0 && sliced ? "slice covers the dimension" : "whole tensor")
                             : "slice along the outermost dimension: one byte range";
+        p.code = !e.full()                                                ? reason_code::outermost_slice
+                 : e.dim == 0 && t.shape.size() > 0 && sliced ? reason_code::slice_covers_dimension
+                                                                          : reason_code::whole_tensor;
         if (p.convert) {
             // Converted in pieces of whole elements: rows of one element.
             g.rows = len / item;
@@ -311,6 +314,9 @@ void place_ranges(const checkpoint_tensor& t, const extent_of_slice& e, bool sli
                   : segments ? "skipping costs more than a request, read each segment"
                              : "a request costs more than the skipped bytes, read the span and gather");
     p.reason = why;
+    p.code = o.route != route_choice::automatic ? reason_code::route_forced
+             : segments                         ? reason_code::segments_cheaper
+                                                : reason_code::span_cheaper;
     // Without conversion the rows land in place (gathers: io/scheduler.hpp); only a
     // conversion needs temporaries.
     g.staged = p.convert;

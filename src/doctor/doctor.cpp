@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "doctor/alternatives_probe.hpp"
 #include "doctor/cuda_probe.hpp"
 #include "doctor/cufile_probe.hpp"
 #include "doctor/gds_section.hpp"
@@ -121,6 +122,9 @@ doctor_report run_doctor(const doctor_options& options) {
     r["udev"] = doctor::bounded(doctor::probe_udev_database, json::object());
     r["cufile"] = doctor::bounded([library = s.cufile_library] { return doctor::probe_cufile(library); },
                                   {{"available", false}, {"version", nullptr}});
+    // After the cufile probe: its library is loaded once per process, and the cufile line here
+    // then reports what that load found.
+    r["alternatives"] = doctor::bounded([s] { return doctor::probe_alternatives(s); }, json::array());
     r["gds"] = doctor::guarded([&] { return doctor::gds_section(r, s); },
                                {{"available", false}, {"reasons", json::array()}, {"actions", json::array()}});
 
@@ -131,6 +135,7 @@ doctor_report run_doctor(const doctor_options& options) {
             json p = doctor::bounded([path, s] { return doctor::probe_remote(path, s); },
                                      {{"path", detail::shown_location(path)}, {"remote", true}, {"exists", false}});
             doctor_path_verdict v{p["path"].get<std::string>(), std::nullopt, {}};
+            p["reason_codes"] = json::array();
             if (doctor::truthy(p, "exists")) {
                 // The engine's own plan, as `ferry load` of the object (a prefix's first object)
                 // makes it: into GPU memory, or host memory without a GPU.
@@ -141,6 +146,8 @@ doctor_report run_doctor(const doctor_options& options) {
                     detail::plan_result plan = detail::plan_read_route(object, quick);
                     v.route = plan.chosen.counted_as;
                     v.reasons = plan.texts();
+                    v.codes = plan.codes();
+                    p["reason_codes"] = doctor::reason_codes_json(plan);
                 } catch (const std::exception& e) {
                     v.reasons.push_back(std::string("no read path: ") + e.what());
                 }

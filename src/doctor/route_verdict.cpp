@@ -24,6 +24,15 @@ void add_action(json& actions, const std::string& a) {
 
 }  // namespace
 
+json reason_codes_json(const detail::plan_result& plan) {
+    json out = json::array();
+    for (const auto& r : plan.reasons)
+        out.push_back({{"code", std::string(to_string(r.code))},
+                       {"cause", r.cause == reason_code::none ? json(nullptr) : json(std::string(to_string(r.cause)))},
+                       {"text", r.text}});
+    return out;
+}
+
 /// The verdict of one probed path: the engine's plan, then what the doctor saw that explains it
 /// further (file system, O_DIRECT, udev record, registration, denylist). Adds path-specific
 /// remedies to `actions`.
@@ -44,6 +53,7 @@ doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, 
             plan = detail::plan_read_route(v.path, s);
             v.route = plan.chosen.counted_as;
             v.reasons = plan.texts();
+            v.codes = plan.codes();
             for (const auto& r : plan.reasons)
                 if (r.code == detail::reason_code::staging) staging = r.detail;
         } catch (const std::exception& e) {
@@ -95,6 +105,7 @@ doctor_path_verdict verdict_for(json& p, const json& report, const settings& s, 
     }
     p["verdict"] = v.route ? json(std::string(to_string(*v.route))) : json(nullptr);
     p["reasons"] = v.reasons;
+    p["reason_codes"] = reason_codes_json(plan);
     return v;
 }
 

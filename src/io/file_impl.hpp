@@ -146,7 +146,9 @@ private:
     /// The source a route names: the file's own, or one of its alternatives.
     source* route_source(const route& r);
     /// Why O_DIRECT cannot serve this file, or nullopt when it can.
-    std::optional<unavailable_reason> direct_unusable();
+    /// Why alternative `a` cannot serve this file's requests now (nullopt: it can): its probe,
+    /// an alignment the staging buffers cannot meet, O_DIRECT refused at read time.
+    std::optional<unavailable_reason> alternative_unusable(const local_alternative& a);
     void disable_direct(const std::string& why);
 
     std::string location_;

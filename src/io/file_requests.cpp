@@ -140,7 +140,9 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
     source* src = r.src;
     io_path used = r.counted_as;
     int route = r.route;
-    const bool direct = src->kind() == "direct";
+    // An aligned alternative (O_DIRECT) that the file system may refuse at read time.
+    const local_alternative* alt = find_alternative(src->kind());
+    const bool direct = alt && alt->traits.aligned;
     auto buffered = [&] {
         src = source_.get();
         used = r.how == mover::staged ? io_path::staged : io_path::host;
@@ -151,7 +153,7 @@ void file_impl::run_task(const request& r, std::size_t pos, std::size_t len) {
         move(*src, r.how, p, where);
     } catch (const system_error& e) {
         // Some file systems accept O_DIRECT at open and refuse it at read time.
-        if (src->kind() != "direct" || e.code() != EINVAL) throw;
+        if (!direct || e.code() != EINVAL) throw;
         disable_direct("the file system refused an O_DIRECT read (EINVAL)");
         buffered();
         move(*src, r.how, p, where);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "backend/alternatives.hpp"
+#include "backend/location.hpp"
 #include "backend/posix/posix_source.hpp"
 #include "backend/registered/registered_source.hpp"
 #include "backend/registry.hpp"
@@ -25,17 +27,20 @@ bool nvidia_fs_present() {
 
 }  // namespace
 
-std::optional<unavailable_reason> file_impl::direct_unusable() {
-    if (direct_disabled_) {
+std::optional<unavailable_reason> file_impl::alternative_unusable(const local_alternative& a) {
+    if (a.traits.aligned && direct_disabled_) {
         std::lock_guard lock(direct_mutex_);
-        return unavailable_reason{direct_disabled_why_, 0};
+        return unavailable_reason{.text = direct_disabled_why_, .cause = reason_code::direct_io_refused_at_read};
     }
     unavailable_reason why;
-    source* d = source_->alternative("direct", why);
+    source* d = source_->alternative(a.kind, why);
     if (!d) return why;
-    std::size_t a = d->traits().align;
-    if (a > 4096 || 4096 % a != 0 || engine_->staging().buffer_size() < 4 * a)
-        return unavailable_reason{"O_DIRECT alignment of " + std::to_string(a) + " bytes does not fit the staging buffers", 0};
+    if (!a.traits.aligned) return std::nullopt;
+    std::size_t align = d->traits().align;
+    if (align > 4096 || 4096 % align != 0 || engine_->staging().buffer_size() < 4 * align)
+        return unavailable_reason{.text = "O_DIRECT alignment of " + std::to_string(align) +
+                                          " bytes does not fit the staging buffers",
+                                  .cause = reason_code::not_aligned};
     return std::nullopt;
 }
 
@@ -60,7 +65,7 @@ std::shared_ptr<source> file_impl::registration(std::string& changed) {
 
 source* file_impl::route_source(const route& r) {
     if (r.source == source_->kind()) return source_.get();
-    if (r.source == "registered") {
+    if (const local_alternative* a = find_alternative(r.source); a && a->role == alternative_role::registered_pages) {
         std::lock_guard lock(registered_mutex_);
         if (registered_) return registered_.get();
     }
@@ -79,11 +84,11 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, lane
     f.source_kind = std::string(source_->kind());
     f.remote = source_->traits().remote;
     f.ranged = source_->traits().ranged;
-    f.offers_direct = local;
-    f.offers_cufile = local;
     f.threads = config_.threads;
     f.direct_io = config_.direct_io;
     f.gds = config_.gds;
+    f.io_uring = config_.io_uring;
+    f.io_uring_queue_depth = config_.io_uring_queue_depth;
     f.gds_threshold = config_.gds_threshold;
     f.staging_buffers = engine_->staging().buffers_per_worker();
     f.staging_buffer_size = engine_->staging().buffer_size();
@@ -91,19 +96,27 @@ plan_result file_impl::plan(memory_kind kind, std::size_t n, direction dir, lane
     f.lane_buffer_size = engine_->lanes().buffer_size();
     f.lane_threshold = config_.lane_threshold;
     f.cached_fraction = [this] { return source_->cached_fraction(); };
-    f.direct = [this] { return direct_unusable(); };
     f.nvidia_fs_loaded = [] { return nvidia_fs_present(); };
-    f.cufile = [this]() -> std::optional<unavailable_reason> {
-        unavailable_reason why;
-        if (source_->alternative("cufile", why)) return std::nullopt;
-        return why;
-    };
     f.nvfs_version = [this]() -> std::optional<std::pair<int, int>> {
         const shim::cufile_state& cf = shim::cufile(config_.cufile_library);
         if (!cf.direct_dma()) return std::nullopt;
         return std::pair<int, int>(cf.properties.nvfs.major_version, cf.properties.nvfs.minor_version);
     };
-    if (local) f.registered = [this](std::string& changed) { return registration(changed) != nullptr; };
+    // A local file offers the alternatives of backend/alternatives.cpp: those it opens itself,
+    // and its registration, which is found by its descriptor.
+    if (local)
+        for (const local_alternative& a : local_alternatives()) {
+            if (a.traits.opened_per_file)
+                f.alternatives.push_back({&a, [this, &a] { return alternative_unusable(a); }});
+            else if (a.role == alternative_role::registered_pages)
+                f.alternatives.push_back({&a, [this]() -> std::optional<unavailable_reason> {
+                                              std::string changed;
+                                              if (registration(changed)) return std::nullopt;
+                                              if (changed.empty()) return unavailable_reason{};
+                                              return unavailable_reason{
+                                                  .text = changed, .cause = reason_code::registration_changed};
+                                          }});
+        }
     plan_result p = plan_route(f);
     if (p.refusal) {
         bool cufile = std::any_of(p.reasons.begin(), p.reasons.end(),

@@ -4,31 +4,6 @@
 
 namespace ferry::detail {
 
-const char* to_string(reason_code c) {
-    switch (c) {
-        case reason_code::host_memory: return "host-memory";
-        case reason_code::direct_io_on: return "direct-io-on";
-        case reason_code::residency_unknown: return "residency-unknown";
-        case reason_code::residency: return "residency";
-        case reason_code::direct_unusable: return "direct-unusable";
-        case reason_code::managed_memory: return "managed-memory";
-        case reason_code::gds_off: return "gds-off";
-        case reason_code::below_gds_threshold: return "below-gds-threshold";
-        case reason_code::no_nvidia_fs: return "no-nvidia-fs";
-        case reason_code::cufile_unusable: return "cufile-unusable";
-        case reason_code::gds_direct_dma: return "gds-direct-dma";
-        case reason_code::cufile_compat_forced: return "cufile-compat-forced";
-        case reason_code::cufile_compat_slower: return "cufile-compat-slower";
-        case reason_code::no_device_dma: return "no-device-dma";
-        case reason_code::staging: return "staging";
-        case reason_code::stream_lanes: return "stream-lanes";
-        case reason_code::no_gpu: return "no-gpu";
-        case reason_code::registered: return "registered";
-        case reason_code::no_ranges: return "no-ranges";
-    }
-    return "?";
-}
-
 std::string bytes_text(std::uint64_t n) {
     if (n >= (1ull << 30) && n % (1ull << 30) == 0) return std::to_string(n >> 30) + " GiB";
     if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
@@ -43,10 +18,24 @@ std::vector<std::string> plan_result::texts() const {
     return v;
 }
 
+std::vector<plan_reason> plan_result::codes() const {
+    std::vector<plan_reason> v;
+    v.reserve(reasons.size());
+    for (const auto& r : reasons) v.push_back({r.code, r.cause});
+    return v;
+}
+
+const plan_facts::offer* plan_facts::offered(alternative_role role) const {
+    for (const auto& o : alternatives)
+        if (o.entry && o.entry->role == role) return &o;
+    return nullptr;
+}
+
 plan_result plan_route(const plan_facts& f) {
     plan_result p;
-    auto say = [&](reason_code c, std::string text, bool fallback = false) {
+    auto say = [&](reason_code c, std::string text, bool fallback = false, reason_code cause = reason_code::none) {
         p.reasons.push_back({c, std::move(text), fallback});
+        p.reasons.back().cause = cause;
     };
     const bool is_write = f.dir == direction::write;
     if (!f.ranged)
@@ -64,7 +53,8 @@ plan_result plan_route(const plan_facts& f) {
 
     // Reads: buffered or O_DIRECT.
     bool want_direct = false;
-    if (!is_write && f.offers_direct) {
+    const plan_facts::offer* bypass = f.offered(alternative_role::page_cache_bypass);
+    if (!is_write && bypass) {
         if (f.direct_io == direct_io_mode::on) {
             want_direct = true;
             say(reason_code::direct_io_on, "FERRY_DIRECT_IO=on");
@@ -78,14 +68,34 @@ plan_result plan_route(const plan_facts& f) {
                                                 (want_direct ? "O_DIRECT reads" : "buffered reads"));
         }
         if (want_direct) {
-            std::optional<unavailable_reason> no = f.direct ? f.direct() : std::nullopt;
+            std::optional<unavailable_reason> no = bypass->usable ? bypass->usable() : std::nullopt;
             if (no) {
                 want_direct = false;
-                say(reason_code::direct_unusable, "O_DIRECT unusable: " + no->text);
+                say(reason_code::direct_unusable, "O_DIRECT unusable: " + no->text, false, no->cause);
             }
         }
     }
-    const std::string reader = want_direct ? "direct" : f.source_kind;
+    // Reads through batched submissions (io_uring): only when FERRY_IO_URING=on. `auto` does not
+    // take them yet: io_uring has not been measured faster than the thread pool's preads on the
+    // target machine (hot reads are a memory copy either way, and the pool already keeps one
+    // read in flight per worker), and until it is, `auto` keeps the measured route.
+    const plan_facts::offer* batched = f.offered(alternative_role::batched_reads);
+    bool want_batched = false;
+    if (!is_write && !want_direct && batched && f.io_uring == io_uring_mode::on) {
+        std::optional<unavailable_reason> no = batched->usable ? batched->usable() : std::nullopt;
+        if (no) {
+            p.refusal = unavailable_reason{"FERRY_IO_URING=on but io_uring cannot be used: " + no->text, 0};
+            say(reason_code::io_uring_on, "FERRY_IO_URING=on but io_uring cannot be used: " + no->text, false,
+                no->cause);
+        } else {
+            want_batched = true;
+            say(reason_code::io_uring_on, "FERRY_IO_URING=on: reads through io_uring, " +
+                                              std::to_string(f.io_uring_queue_depth) + " in flight per thread");
+        }
+    }
+    const std::string reader = want_direct    ? bypass->entry->kind
+                               : want_batched ? batched->entry->kind
+                                              : f.source_kind;
 
     if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) {
         p.chosen = {reader, mover::host, want_direct ? io_path::direct : io_path::host};
@@ -99,16 +109,19 @@ plan_result plan_route(const plan_facts& f) {
 
     // A registered file (ferry::registered_file): its pinned page-cache pages go to the GPU by
     // DMA, with no staging copy. Not where the settings ask for cuFile only or for O_DIRECT.
-    if (!is_write && f.memory == memory_kind::device && f.registered && f.gds != gds_mode::on && !want_direct) {
-        std::string changed;
-        if (f.registered(changed)) {
-            p.chosen = {"registered", mover::device_dma, io_path::staged};
+    const plan_facts::offer* pages = f.offered(alternative_role::registered_pages);
+    if (!is_write && f.memory == memory_kind::device && pages && pages->usable && f.gds != gds_mode::on &&
+        !want_direct) {
+        std::optional<unavailable_reason> no = pages->usable();
+        if (!no) {
+            p.chosen = {pages->entry->kind, mover::device_dma, io_path::staged};
             say(reason_code::registered, "the file is registered (ferry::registered_file): one DMA per piece "
                                          "from its pinned page-cache pages, no staging copy");
             return p;
         }
-        if (!changed.empty()) say(reason_code::registered, "the file is registered, but " + changed + ": not read "
-                                                           "through the registration");
+        if (no->cause != reason_code::none)
+            say(reason_code::registered, "the file is registered, but " + no->text + ": not read through the registration",
+                false, no->cause);
     }
 
     auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {
@@ -126,7 +139,8 @@ plan_result plan_route(const plan_facts& f) {
         // Nor for a file mostly out of the page cache: there the disk sets the pace, and each
         // worker's own buffered stream (with its readahead) kept it busier than the lanes' reads
         // (cold 8 GiB on the H200 machine: 1.17x against 0.97x a parallel pread).
-        const bool large = !is_write && !want_direct && f.memory == memory_kind::device && f.gds != gds_mode::on &&
+        const bool large = !is_write && !want_direct && !want_batched && f.memory == memory_kind::device &&
+                           f.gds != gds_mode::on &&
                            f.lanes > 0 && f.lane_threshold != lanes_off && f.size >= f.lane_threshold;
         if (!large) return p;
         if (f.remote) {
@@ -156,7 +170,8 @@ plan_result plan_route(const plan_facts& f) {
                           "request of " + bytes_text(f.size) + " is below FERRY_GDS_THRESHOLD (" +
                               bytes_text(f.gds_threshold) + ")",
                           false);
-    if (!f.offers_cufile) {
+    const plan_facts::offer* dma = f.offered(alternative_role::device_dma);
+    if (!dma) {
         std::string why = f.source_kind + " source cannot move bytes to the GPU itself";
         if (f.gds == gds_mode::on) p.refusal = unavailable_reason{"FERRY_GDS=on but " + why, 0};
         return use_staged(reason_code::no_device_dma, why, false);
@@ -166,7 +181,7 @@ plan_result plan_route(const plan_facts& f) {
                           "GPUDirect Storage: nvidia-fs is not loaded (no /proc/driver/nvidia-fs), so cuFile "
                           "could only run in compatibility mode, slower than the staged path",
                           true);
-    std::optional<unavailable_reason> no = f.cufile ? f.cufile() : unavailable_reason{"cuFile not probed", 0};
+    std::optional<unavailable_reason> no = dma->usable ? dma->usable() : unavailable_reason{"cuFile not probed", 0};
     if (no) {
         if (f.gds == gds_mode::on)
             p.refusal = unavailable_reason{"FERRY_GDS=on but cuFile cannot be used: " + no->text, no->code};
@@ -174,16 +189,17 @@ plan_result plan_route(const plan_facts& f) {
         reason& said = r.reasons[r.reasons.size() - 2];
         said.status = no->code;
         said.udev_missing = no->udev_missing;
+        said.cause = no->cause;
         return r;
     }
     if (auto v = f.nvfs_version ? f.nvfs_version() : std::nullopt) {
-        p.chosen = {"cufile", mover::device_dma, io_path::gds};
+        p.chosen = {dma->entry->kind, mover::device_dma, io_path::gds};
         say(reason_code::gds_direct_dma, "GPUDirect Storage: cuFile with nvidia-fs " + std::to_string(v->first) +
                                              "." + std::to_string(v->second));
         return p;
     }
     if (f.gds == gds_mode::on) {
-        p.chosen = {"cufile", mover::device_dma, io_path::cufile_compat};
+        p.chosen = {dma->entry->kind, mover::device_dma, io_path::cufile_compat};
         say(reason_code::cufile_compat_forced,
             "FERRY_GDS=on: cuFile in compatibility mode (nvidia-fs not loaded: POSIX I/O "
             "and copies inside cuFile, not GPUDirect Storage)");

@@ -11,36 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "backend/alternatives.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
+#include "ferry/reason.hpp"
 #include "io/movers/mover.hpp"
 
 namespace ferry::detail {
 
-enum class reason_code {
-    host_memory,            ///< host or pinned memory: parallel pread/pwrite on the workers
-    direct_io_on,           ///< FERRY_DIRECT_IO=on
-    residency_unknown,      ///< auto: page-cache residency unknown, buffered reads
-    residency,              ///< auto: the resident fraction picks O_DIRECT or buffered reads
-    direct_unusable,        ///< O_DIRECT wanted but unusable (its reason)
-    managed_memory,         ///< managed memory: cuFile reads only into device memory
-    gds_off,                ///< FERRY_GDS=off
-    below_gds_threshold,    ///< the request is below FERRY_GDS_THRESHOLD
-    no_nvidia_fs,           ///< auto and no nvidia-fs: compatibility mode would be slower (fallback)
-    cufile_unusable,        ///< cuFile cannot serve the file (its reason; a fallback)
-    gds_direct_dma,         ///< cuFile with direct DMA (nvidia-fs loaded)
-    cufile_compat_forced,   ///< FERRY_GDS=on without nvidia-fs: cuFile in compatibility mode
-    cufile_compat_slower,   ///< auto: cuFile would run in compatibility mode (fallback)
-    no_device_dma,          ///< the source cannot move bytes to the GPU itself
-    staging,                ///< the staged mover's threads and buffers
-    stream_lanes,           ///< a large read into GPU memory: the stream lanes' large copies
-    no_gpu,                 ///< no GPU: what a read into GPU memory would do is planned for host memory
-    registered,             ///< the file is registered (ferry::registered_file): DMA from its pages, or why not
-    no_ranges,              ///< the server serves no byte ranges: one plain GET per read (a fallback)
-};
-
-/// A stable name for each code ("host-memory", "gds-off", ...), for JSON and tests.
-const char* to_string(reason_code c);
+/// The codes are public (include/ferry/reason.hpp): plans, the doctor's JSON and checkpoint plans
+/// carry them.
+using ferry::reason_code;
+using ferry::to_string;
 
 struct reason {
     reason_code code;
@@ -52,11 +34,14 @@ struct reason {
     bool udev_missing = false;
     /// For staging: the threads and buffers ("16 threads, 2 x 2 MiB pinned buffers each").
     std::string detail;
+    /// What a probe found, when the rule is that an alternative cannot serve (direct_unusable,
+    /// cufile_unusable, registered): not_aligned, cufile_library_missing...
+    reason_code cause = reason_code::none;
 };
 
 /// The planner's choice: the source that moves the bytes and the mover between it and memory.
 struct route {
-    std::string source;  ///< "posix", "direct", "cufile", or the opened source's kind
+    std::string source;  ///< the opened source's kind, or an alternative's (backend/alternatives.cpp)
     mover how = mover::host;
     io_path counted_as = io_path::host;  ///< the public statistics' name of this route
 };
@@ -69,11 +54,11 @@ struct plan_facts {
     std::string source_kind = "posix";  ///< the opened source
     bool remote = false;                ///< the source's reads are round trips (HTTP, S3)
     bool ranged = true;                 ///< the source reads a byte range in one request
-    bool offers_direct = true;          ///< the source has a "direct" alternative
-    bool offers_cufile = true;          ///< the source has a "cufile" alternative
     std::size_t threads = 1;
     direct_io_mode direct_io = direct_io_mode::off;
     gds_mode gds = gds_mode::auto_;
+    io_uring_mode io_uring = io_uring_mode::off;
+    std::size_t io_uring_queue_depth = 0;
     std::size_t gds_threshold = 0;
     std::size_t staging_buffers = 0;      ///< per worker
     std::size_t staging_buffer_size = 0;  ///< bytes
@@ -82,13 +67,20 @@ struct plan_facts {
     std::size_t lane_threshold = lanes_off;  ///< reads into device memory from this size take the lanes
 
     std::function<double()> cached_fraction;                     ///< [0, 1], or -1 when unknown
-    std::function<std::optional<unavailable_reason>()> direct;   ///< nullopt: O_DIRECT usable
     std::function<bool()> nvidia_fs_loaded;
-    std::function<std::optional<unavailable_reason>()> cufile;   ///< nullopt: registered
     std::function<std::optional<std::pair<int, int>>()> nvfs_version;  ///< set: direct DMA (major, minor)
-    /// True when the file is registered and unchanged; false, with `changed` saying how, when
-    /// a registration of it exists but the file changed since (empty `changed`: none).
-    std::function<bool(std::string& changed)> registered;
+
+    /// An alternative the source offers (an entry of backend/alternatives.cpp) and its probe for
+    /// this file: nullopt when it can serve, else why (with the cause's code). The rules find
+    /// each by its role, never by its name. For registered_pages, a reason without a cause
+    /// means no registration; registration_changed, one the file outgrew.
+    struct offer {
+        const local_alternative* entry = nullptr;
+        std::function<std::optional<unavailable_reason>()> usable;
+    };
+    std::vector<offer> alternatives;
+    /// The offer of that role, or null.
+    const offer* offered(alternative_role role) const;
 };
 
 struct plan_result {
@@ -100,6 +92,8 @@ struct plan_result {
 
     /// The reasons' texts, in order (the public path_plan).
     std::vector<std::string> texts() const;
+    /// The reasons' codes, in the same order (the public path_plan).
+    std::vector<plan_reason> codes() const;
 };
 
 plan_result plan_route(const plan_facts& facts);

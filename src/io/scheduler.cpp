@@ -201,7 +201,8 @@ std::future<std::size_t> submit_gathers(const std::vector<gather>& batch) {
 
 bool large_reads_staged(file_impl& f) {
     const route r = f.plan(memory_kind::device, std::size_t(1) << 30, direction::read).chosen;
-    return r.how == mover::staged || r.source == "registered";
+    const local_alternative* a = find_alternative(r.source);
+    return r.how == mover::staged || (a && a->role == alternative_role::registered_pages);
 }
 
 }  // namespace ferry::detail

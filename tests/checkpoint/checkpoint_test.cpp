@@ -173,6 +173,13 @@ TEST(Checkpoint, SlicesAlongDimZeroAndOneWithEveryRoute) {
             if (tp.name == "layer.0.o" && r != route_choice::automatic)
                 EXPECT_EQ(tp.route, r == route_choice::segments ? read_route::segments : read_route::span);
             if (tp.name == "embed") EXPECT_EQ(tp.route, read_route::whole);
+            // Each route's reason comes with its stable code too.
+            EXPECT_NE(tp.code, reason_code::none) << tp.name;
+            if (tp.name == "embed") EXPECT_EQ(to_string(tp.code), "outermost_slice");
+            if (tp.name == "layer.0.q") EXPECT_EQ(to_string(tp.code), "whole_tensor");
+            if (tp.name == "layer.0.o" && r != route_choice::automatic) EXPECT_EQ(to_string(tp.code), "route_forced");
+            if (tp.name == "layer.0.o" && r == route_choice::automatic)
+                EXPECT_TRUE(tp.code == reason_code::segments_cheaper || tp.code == reason_code::span_cheaper);
         }
     }
 }

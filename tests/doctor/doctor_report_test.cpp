@@ -82,6 +82,30 @@ TEST(DoctorReport, ValidJsonWithDocumentedKeys) {
     EXPECT_EQ(j["paths"][2]["exists"], false);
     EXPECT_NE(j["paths"][2]["reasons"][0].get<std::string>().find("ENOENT"), std::string::npos);
 
+    // The engine's decisions come with stable codes beside their words, and so does each of the
+    // local file's alternatives.
+    for (int i : {0, 1}) {
+        const json& codes = j["paths"][i]["reason_codes"];
+        ASSERT_TRUE(codes.is_array());
+        ASSERT_FALSE(codes.empty());
+        EXPECT_EQ(codes.size(), r.paths[i].codes.size());
+        for (const auto& c : codes) {
+            EXPECT_TRUE(c["code"].is_string());
+            EXPECT_NE(c["code"], "?");
+            EXPECT_TRUE(c["cause"].is_null() || c["cause"].is_string());
+            EXPECT_TRUE(c["text"].is_string());
+        }
+    }
+    EXPECT_TRUE(j["paths"][2]["reason_codes"].empty());
+    ASSERT_TRUE(j["alternatives"].is_array());
+    bool has_direct = false;
+    for (const auto& a : j["alternatives"]) {
+        EXPECT_TRUE(a["usable"].is_boolean());
+        EXPECT_EQ(a["cause"].is_null(), a["usable"].get<bool>()) << a.dump();
+        has_direct = has_direct || a["kind"] == "direct";
+    }
+    EXPECT_TRUE(has_direct);
+
     // The struct and the JSON say the same.
     ASSERT_EQ(r.paths.size(), 3u);
     EXPECT_EQ(r.paths[0].route.has_value(), true);
@@ -208,6 +232,11 @@ TEST(DoctorReport, MissingCufileLibraryIsNotFatal) {
     if (j["cufile"]["available"] == false) {
         EXPECT_TRUE(j["cufile"]["error"].is_string());
         EXPECT_EQ(j["gds"]["available"], false);
+        // The alternatives table says the same with its stable code.
+        bool coded = false;
+        for (const auto& a : j["alternatives"])
+            if (a["kind"] == "cufile") coded = a["cause"] == "cufile_library_missing" && a["usable"] == false;
+        EXPECT_TRUE(coded) << j["alternatives"].dump();
     }
     EXPECT_TRUE(known_verdict(j["paths"][0]["verdict"])) << j["paths"][0].dump();
 }

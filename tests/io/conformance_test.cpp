@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "backend/io_uring/io_uring_source.hpp"
 #include "backend/memory_source.hpp"
 #include "backend/remote_servers.hpp"
 #include "ferry/ferry.hpp"
@@ -35,6 +36,8 @@ struct path_case {
     /// of the local file: the same checks over a source that is not a POSIX descriptor.
     bool memory_source = false;
     served from = served::locally;
+    /// FERRY_IO_URING=on: local reads through the io_uring source (src/backend/io_uring/).
+    bool io_uring = false;
 };
 
 // Test listings name the parameter, not its bytes.
@@ -55,6 +58,12 @@ const path_case cases[] = {
      true},
     {"memory_source_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_,
      io_path::staged, true},
+    {"io_uring_pageable", memory_kind::host, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host, false,
+     served::locally, true},
+    {"io_uring_pinned", memory_kind::pinned, ferry::gds_mode::off, ferry::direct_io_mode::off, io_path::host, false,
+     served::locally, true},
+    {"io_uring_staged_device", memory_kind::device, ferry::gds_mode::off, ferry::direct_io_mode::off,
+     io_path::staged, false, served::locally, true},
     {"http_pageable", memory_kind::host, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::host, false,
      served::http},
     {"http_device", memory_kind::device, ferry::gds_mode::auto_, ferry::direct_io_mode::auto_, io_path::staged,
@@ -200,6 +209,13 @@ protected:
             if (!why.empty()) GTEST_SKIP() << why;
         }
         if (c.memory_source) ferry::test::register_memory_source("file");
+        if (c.io_uring) {
+            s_.io_uring = ferry::io_uring_mode::on;
+            s_.io_uring_queue_depth = 8;
+            // Where the kernel (or a container's seccomp profile) refuses io_uring, every test
+            // here would fail for that one reason.
+            if (auto no = ferry::detail::io_uring_probe(s_)) GTEST_SKIP() << no->text;
+        }
     }
     void TearDown() override {
         if (GetParam().memory_source) ferry::test::restore_local_files();
@@ -228,6 +244,12 @@ TEST_P(conformance, reads_every_offset_length_and_alignment) {
                 ASSERT_EQ(buf.to_host(mis, len), ferry::test::pattern(len, off));
             }
     EXPECT_GT(f.stats().reads(c.expected).bytes, 0u) << "expected path " << ferry::to_string(c.expected);
+    if (c.io_uring) {
+        const ferry::io_stats st = f.stats();
+        const ferry::route_stats* r = st.route("io_uring", c.expected == io_path::staged ? "staged" : "host");
+        ASSERT_NE(r, nullptr) << "the reads went through io_uring";
+        EXPECT_GT(r->read.bytes, 0u);
+    }
 }
 
 TEST_P(conformance, reading_past_the_end_is_an_error) {

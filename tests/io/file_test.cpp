@@ -183,6 +183,28 @@ TEST(file, the_plan_explains_itself) {
     EXPECT_FALSE(p.reasons.empty());
     if (ferry::cuda_device_count() == 0) EXPECT_EQ(p.path, ferry::io_path::host);
     else EXPECT_EQ(p.path, ferry::io_path::staged);
+    // Each reason has its stable code beside it.
+    ASSERT_EQ(p.codes.size(), p.reasons.size());
+    if (ferry::cuda_device_count() == 0) EXPECT_EQ(ferry::to_string(p.codes[0].code), "host_memory");
+    else EXPECT_EQ(ferry::to_string(p.codes[0].code), "gds_off");
+}
+
+TEST(file, an_unusable_alternative_names_its_cause_in_the_plan) {
+    ferry::test::temp_dir d;
+    ferry::test::write_pattern_file(d / "a", 1u << 20);
+    ferry::settings s = small_settings();
+    s.direct_io = ferry::direct_io_mode::on;
+    // Open for writing only: O_DIRECT reads cannot be had, and the plan says so by its code.
+    ferry::file f(d / "a", ferry::open_mode::append_write, s);
+    ferry::path_plan p = f.plan();
+    ASSERT_EQ(p.codes.size(), p.reasons.size());
+    bool found = false;
+    for (std::size_t i = 0; i < p.codes.size(); ++i)
+        if (p.codes[i].code == ferry::reason_code::direct_unusable) {
+            found = true;
+            EXPECT_EQ(ferry::to_string(p.codes[i].cause), "opened_write_only") << p.reasons[i];
+        }
+    EXPECT_TRUE(found) << ::testing::PrintToString(p.reasons);
 }
 
 TEST(file, gds_on_without_cufile_is_an_error_not_a_silent_fallback) {

@@ -25,14 +25,19 @@ plan_facts facts(memory_kind m, const probes& p, int* asked_cufile = nullptr) {
     f.staging_buffers = 2;
     f.staging_buffer_size = 2 << 20;
     f.cached_fraction = [p] { return p.cached; };
-    f.direct = [p] { return p.direct; };
     f.nvidia_fs_loaded = [p] { return p.nvidia_fs; };
-    f.cufile = [p, asked_cufile] {
-        if (asked_cufile) ++*asked_cufile;
-        return p.cufile;
-    };
     f.nvfs_version = [p] { return p.nvfs; };
+    // The local file's alternatives, found by their roles as the engine finds them.
+    f.alternatives.push_back({alternative_for(alternative_role::page_cache_bypass), [p] { return p.direct; }});
+    f.alternatives.push_back({alternative_for(alternative_role::device_dma), [p, asked_cufile] {
+                                  if (asked_cufile) ++*asked_cufile;
+                                  return p.cufile;
+                              }});
     return f;
+}
+
+void without(plan_facts& f, alternative_role role) {
+    std::erase_if(f.alternatives, [role](const plan_facts::offer& o) { return o.entry->role == role; });
 }
 
 std::vector<reason_code> codes(const plan_result& r) {
@@ -100,7 +105,8 @@ TEST(planner, direct_io_auto_follows_page_cache_residency) {
 
 TEST(planner, unusable_o_direct_reads_buffered_with_its_reason) {
     probes p;
-    p.direct = unavailable_reason{"the file system refuses O_DIRECT (open: EINVAL)", 0};
+    p.direct = unavailable_reason{.text = "the file system refuses O_DIRECT (open: EINVAL)",
+                                  .cause = reason_code::direct_io_unsupported_fs};
     plan_facts f = facts(memory_kind::device, p);
     f.direct_io = direct_io_mode::on;
     f.gds = gds_mode::off;
@@ -108,6 +114,11 @@ TEST(planner, unusable_o_direct_reads_buffered_with_its_reason) {
     EXPECT_EQ(r.chosen.counted_as, io_path::staged);
     EXPECT_EQ(r.reasons[1].code, reason_code::direct_unusable);
     EXPECT_EQ(r.reasons[1].text, "O_DIRECT unusable: the file system refuses O_DIRECT (open: EINVAL)");
+    // The probe's cause travels with the rule, as the public plan carries both.
+    EXPECT_EQ(r.reasons[1].cause, reason_code::direct_io_unsupported_fs);
+    ASSERT_EQ(r.codes().size(), r.reasons.size());
+    EXPECT_EQ(to_string(r.codes()[1].code), "direct_unusable");
+    EXPECT_EQ(to_string(r.codes()[1].cause), "direct_io_unsupported_fs");
 }
 
 TEST(planner, managed_memory_is_staged) {
@@ -149,9 +160,13 @@ TEST(planner, auto_without_nvidia_fs_falls_back_to_staged) {
 TEST(planner, unusable_cufile_falls_back_or_is_refused_under_gds_on) {
     probes p;
     p.nvidia_fs = true;
-    p.cufile = unavailable_reason{"cuFileHandleRegister failed with error 5027 (x)", 5027};
+    p.cufile = unavailable_reason{.text = "cuFileHandleRegister failed with error 5027 (x)",
+                                  .code = 5027,
+                                  .cause = reason_code::cufile_register_failed};
     plan_result r = plan_route(facts(memory_kind::device, p));
     EXPECT_EQ(r.chosen.counted_as, io_path::staged);
+    EXPECT_EQ(r.reasons[0].code, reason_code::cufile_unusable);
+    EXPECT_EQ(r.reasons[0].cause, reason_code::cufile_register_failed);
     EXPECT_EQ(r.reasons[0].text, "GPUDirect Storage unusable: cuFileHandleRegister failed with error 5027 (x)");
     EXPECT_TRUE(r.reasons[0].fallback);
     EXPECT_FALSE(r.refusal);
@@ -193,8 +208,7 @@ TEST(planner, compatibility_mode_only_when_asked_for) {
 TEST(planner, a_source_without_alternatives_is_staged_and_never_o_direct) {
     plan_facts f = facts(memory_kind::device, {});
     f.source_kind = "http";
-    f.offers_direct = false;
-    f.offers_cufile = false;
+    f.alternatives.clear();
     f.direct_io = direct_io_mode::on;
     plan_result r = plan_route(f);
     EXPECT_EQ(r.chosen.source, "http");
@@ -242,7 +256,7 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
 
     plan_facts on = with_lanes(facts(memory_kind::device, {}));
     on.gds = gds_mode::on;
-    on.offers_cufile = false;  // staged (and refused), never the lanes: cuFile only
+    without(on, alternative_role::device_dma);  // staged (and refused), never the lanes: cuFile only
     EXPECT_NE(plan_route(on).chosen.how, mover::lanes);
 
     // A file mostly out of the page cache: each worker streams its own part (staged); a cached
@@ -270,7 +284,7 @@ TEST(planner, large_reads_into_device_memory_take_the_stream_lanes) {
     plan_facts remote = with_lanes(facts(memory_kind::device, {}));
     remote.source_kind = "http";
     remote.remote = true;
-    remote.offers_cufile = remote.offers_direct = false;
+    remote.alternatives.clear();
     plan_result r = plan_route(remote);
     EXPECT_EQ(r.chosen.how, mover::staged);
     EXPECT_NE(r.reasons.back().text.find("remote source"), std::string::npos) << r.reasons.back().text;
@@ -284,20 +298,63 @@ TEST(planner, a_server_without_ranges_is_a_fallback_the_plan_names) {
         f.source_kind = "http";
         f.remote = true;
         f.ranged = false;
-        f.offers_cufile = f.offers_direct = false;
         plan_result r = plan_route(f);
         auto it = std::find_if(r.reasons.begin(), r.reasons.end(),
                                [](const reason& x) { return x.code == reason_code::no_ranges; });
         ASSERT_NE(it, r.reasons.end());
         EXPECT_TRUE(it->fallback);
         EXPECT_NE(it->text.find("no Range support"), std::string::npos) << it->text;
-        EXPECT_STREQ(to_string(reason_code::no_ranges), "no-ranges");
+        EXPECT_EQ(to_string(reason_code::no_ranges), "no_ranges");
     }
 }
 
 TEST(planner, every_code_has_a_name) {
-    for (int c = 0; c <= static_cast<int>(reason_code::no_ranges); ++c)
-        EXPECT_STRNE(to_string(static_cast<reason_code>(c)), "?");
+    for (int c = 0; c <= static_cast<int>(reason_code::route_forced); ++c)
+        EXPECT_NE(to_string(static_cast<reason_code>(c)), "?");
+}
+
+}  // namespace
+}  // namespace ferry::detail
+
+namespace ferry::detail {
+namespace {
+
+// FERRY_IO_URING: `on` reads through the batched alternative, or refuses with its cause;
+// `auto` and `off` never ask its probe (auto waits for a measurement that it is faster).
+TEST(planner, io_uring_is_taken_only_when_asked_for) {
+    for (io_uring_mode mode : {io_uring_mode::auto_, io_uring_mode::off, io_uring_mode::on})
+        for (bool usable : {true, false}) {
+            SCOPED_TRACE(std::string(to_string(mode)) + (usable ? " usable" : " unusable"));
+            int asked = 0;
+            plan_facts f = facts(memory_kind::host, {});
+            f.io_uring = mode;
+            f.io_uring_queue_depth = 32;
+            f.alternatives.push_back({alternative_for(alternative_role::batched_reads),
+                                      [&asked, usable]() -> std::optional<unavailable_reason> {
+                                          ++asked;
+                                          if (usable) return std::nullopt;
+                                          return unavailable_reason{.text = "io_uring_setup is not permitted (EPERM)",
+                                                                    .cause = reason_code::io_uring_not_permitted};
+                                      }});
+            plan_result r = plan_route(f);
+            if (mode != io_uring_mode::on) {
+                EXPECT_EQ(asked, 0);
+                EXPECT_EQ(r.chosen.source, "posix");
+                EXPECT_FALSE(r.refusal);
+                continue;
+            }
+            ASSERT_EQ(r.reasons.size(), 2u);
+            EXPECT_EQ(r.reasons[1].code, reason_code::io_uring_on);
+            if (usable) {
+                EXPECT_EQ(r.chosen.source, "io_uring");
+                EXPECT_EQ(r.chosen.counted_as, io_path::host);
+                EXPECT_FALSE(r.refusal);
+            } else {
+                EXPECT_EQ(r.reasons[1].cause, reason_code::io_uring_not_permitted);
+                ASSERT_TRUE(r.refusal);
+                EXPECT_NE(r.refusal->text.find("EPERM"), std::string::npos);
+            }
+        }
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // page-cache pages; used only while the file is unchanged; under the process's limit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -33,10 +35,14 @@ ferry::detail::plan_facts device_read(bool registered, std::string changed = {})
     f.staging_buffer_size = 2 << 20;
     f.cached_fraction = [] { return 1.0; };
     f.nvidia_fs_loaded = [] { return false; };
-    f.registered = [registered, changed](std::string& why) {
-        why = changed;
-        return registered;
-    };
+    using ferry::detail::unavailable_reason;
+    f.alternatives.push_back({ferry::detail::alternative_for(ferry::detail::alternative_role::registered_pages),
+                              [registered, changed]() -> std::optional<unavailable_reason> {
+                                  if (registered) return std::nullopt;
+                                  if (changed.empty()) return unavailable_reason{};
+                                  return unavailable_reason{.text = changed,
+                                                            .cause = ferry::reason_code::registration_changed};
+                              }});
     return f;
 }
 
@@ -51,6 +57,9 @@ TEST(registered_file, the_planner_reads_a_registered_file_by_dma_from_its_pages)
     plan_result changed = plan_route(device_read(false, "it was modified since it was registered"));
     EXPECT_NE(changed.chosen.source, "registered");
     EXPECT_TRUE(mentions(changed.texts(), "modified since it was registered"));
+    EXPECT_TRUE(std::any_of(changed.reasons.begin(), changed.reasons.end(), [](const reason& r) {
+        return r.code == reason_code::registered && r.cause == reason_code::registration_changed;
+    }));
 
     plan_result none = plan_route(device_read(false));
     for (const auto& r : none.reasons) EXPECT_NE(r.code, reason_code::registered) << r.text;

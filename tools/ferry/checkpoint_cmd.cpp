@@ -201,6 +201,7 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
         for (const auto& tp : l.plan.tensors)
             arrays.push_back({{"name", tp.name}, {"dtype", std::string(to_string(tp.type))}, {"shape", tp.shape},
                               {"route", std::string(to_string(tp.route))}, {"reason", tp.reason},
+                              {"reason_code", std::string(to_string(tp.code))},
                               {"bytes_read", tp.bytes_read},
                               {"checksum", a.checksum ? nlohmann::json(sums[tp.name]) : nlohmann::json(nullptr)}});
         j["arrays"] = arrays;
@@ -216,7 +217,7 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
     std::size_t shown = 0;
     for (const auto& tp : l.plan.tensors) {
         // With --checksum every tensor is listed: a checksum asked for is a checksum shown.
-        if (tp.route == read_route::whole && tp.reason == "whole tensor" && ++shown > 20 && !a.checksum) continue;
+        if (tp.code == reason_code::whole_tensor && ++shown > 20 && !a.checksum) continue;
         std::printf("  %-40s %-10s %-18s %s: %s%s%s\n", tp.name.c_str(), std::string(to_string(tp.type)).c_str(),
                     shape_to_string(tp.shape).c_str(), std::string(to_string(tp.route)).c_str(), tp.reason.c_str(),
                     a.checksum ? "  " : "", a.checksum ? sums[tp.name].c_str() : "");

@@ -107,6 +107,7 @@ struct path_config {
     bool on_stream = false;  ///< read_async on a CUDA stream (the stream lanes)
     std::size_t lane_threshold = lanes_off;  ///< reads without a stream: from this size through the lanes
     bool registered = false;  ///< the file registered once (ferry::registered_file) for this path's rows
+    io_uring_mode io_uring = io_uring_mode::off;  ///< FERRY_IO_URING for this path's reads
     bool lanes() const noexcept { return on_stream || lane_threshold != lanes_off; }
 
     /// Empty when `io` moved bytes only on this path's routes, else why the row is not this path:
@@ -219,7 +220,13 @@ std::vector<path_config> make_paths(std::vector<std::string> paths, const bench_
         } else if (p == "cufile" || p == "gds") {
             gpu_only(p, "cuFile");
             configs.push_back({p, gds_mode::on, direct_io_mode::off, {io_path::gds, io_path::cufile_compat}});
-        } else if (p == "auto") configs.push_back({p, base.gds, base.direct_io, {}, false, base.lane_threshold});
+        } else if (p == "auto")
+            configs.push_back({p, base.gds, base.direct_io, {}, false, base.lane_threshold, false, base.io_uring});
+        else if (p == "io_uring")
+            // The local file read through io_uring's batched submissions, against `host` (the
+            // thread pool's preads) or `staged` into GPU memory.
+            configs.push_back({p, gds_mode::off, direct_io_mode::off, {gpu ? io_path::staged : io_path::host}, false,
+                               lanes_off, false, io_uring_mode::on});
         else if (p == "registered") {
             if (!gpu) throw usage_error("--paths registered: a registered file serves reads into GPU memory only");
             if (a.cold) throw usage_error("--paths registered: a registered file's pages stay pinned in the page cache, "
@@ -232,7 +239,8 @@ std::vector<path_config> make_paths(std::vector<std::string> paths, const bench_
             else configs.push_back({p, gds_mode::off, direct_io_mode::off, staged_routes, false, 0});
         } else
             throw usage_error("--paths: unknown path " + p +
-                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered)");
+                              " (staged, lanes, staged+direct, cufile, host, direct, auto, stream, registered, "
+                              "io_uring)");
     }
     return configs;
 }
@@ -548,6 +556,7 @@ private:
         }
         s.gds = pc.gds;
         s.direct_io = pc.direct;
+        s.io_uring = pc.io_uring;
         s.gds_threshold = 0;
         s.lane_threshold = pc.lane_threshold;
         std::optional<ferry::file> f;
@@ -646,7 +655,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("--buffers", a->buffers, "staging buffers per thread to sweep, e.g. 2,4")->delimiter(',')->check(non_negative);
     c->add_option("--lanes", a->lanes, "stream lanes per device to sweep (lanes, stream paths), e.g. 4,8")->delimiter(',')->check(CLI::Range(1, 64));
     c->add_option("--lane-size", a->lane_sizes, "stream lane buffer sizes to sweep (lanes, stream paths), e.g. 8M,16M")->delimiter(',');
-    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file)")->delimiter(',');
+    c->add_option("--paths", a->paths, "paths: staged (the workers' own buffers), lanes (the stream lanes), staged+direct, cufile, host, direct, auto (the planner's choice), stream (read_async on a CUDA stream), registered (the file registered once, ferry::registered_file), io_uring (FERRY_IO_URING=on: batched submissions per worker)")->delimiter(',');
     c->add_option("--repeat", a->repeat, "runs per measurement; the median is reported (default 3)")
         ->check(CLI::Range(1, 100));
     c->add_flag("--cold", a->cold, "evict the file from the page cache before each read");

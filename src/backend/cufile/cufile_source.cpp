@@ -8,20 +8,28 @@
 
 namespace ferry::detail {
 
-std::string cufile_unavailable(const settings& s) {
+std::optional<unavailable_reason> cufile_probe(const settings& s) {
     const shim::cufile_state& cf = shim::cufile(s.cufile_library);
-    if (!cf.loaded) return "cuFile is not available: " + cf.load_error;
+    if (!cf.loaded)
+        return unavailable_reason{.text = "cuFile is not available: " + cf.load_error,
+                                  .cause = reason_code::cufile_library_missing};
     if (!cf.driver_open)
-        return "cuFileDriverOpen failed with error " + std::to_string(cf.driver_open_status) + " (" +
-               shim::cufile_status_string(cf.driver_open_status) + ")";
-    return {};
+        return unavailable_reason{.text = "cuFileDriverOpen failed with error " + std::to_string(cf.driver_open_status) +
+                                          " (" + shim::cufile_status_string(cf.driver_open_status) + ")",
+                                  .cause = reason_code::cufile_driver_failed};
+    return std::nullopt;
+}
+
+std::string cufile_unavailable(const settings& s) {
+    auto no = cufile_probe(s);
+    return no ? no->text : std::string();
 }
 
 std::unique_ptr<cufile_source> cufile_source::open(const std::string& path, int fd, bool writable,
                                                    unavailable_reason& why) {
     cufile_handle h(fd);
     if (!h.ok()) {
-        why = {h.failure(), h.status()};
+        why = {.text = h.failure(), .code = h.status(), .cause = reason_code::cufile_register_failed};
         why.udev_missing = sys::access("/run/udev/data", F_OK) != 0;
         if (why.udev_missing)
             why.text += "; the udev database (/run/udev/data) is missing, so cuFile cannot read "

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/cufile/cufile_handle.hpp"
@@ -42,6 +43,9 @@ private:
 
 /// Why cuFile cannot be used at all in this process ("" when it can): the library does not
 /// load, or its driver does not open. The registry's unavailable() for "cufile".
+/// Why cuFile cannot be used in this process (its library does not load, or its driver does not
+/// open), with the cause's code; nullopt when it can. The alternatives table's probe.
+std::optional<unavailable_reason> cufile_probe(const settings& s);
 std::string cufile_unavailable(const settings& s);
 
 }  // namespace ferry::detail

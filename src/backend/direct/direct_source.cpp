@@ -16,9 +16,10 @@ namespace ferry::detail {
 std::unique_ptr<direct_source> direct_source::open(const std::string& path, unavailable_reason& why) {
     int fd = sys::open(path.c_str(), O_RDONLY | O_DIRECT);
     if (fd < 0) {
-        why = {errno == EINVAL ? "the file system refuses O_DIRECT (open: EINVAL)"
+        const bool refused = errno == EINVAL;
+        why = {.text = refused ? "the file system refuses O_DIRECT (open: EINVAL)"
                                : std::string("O_DIRECT open failed: ") + std::strerror(errno),
-               0};
+               .cause = refused ? reason_code::direct_io_unsupported_fs : reason_code::direct_io_open_failed};
         return nullptr;
     }
     owned_fd owned(fd);

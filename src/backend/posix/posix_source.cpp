@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <exception>
 #include <cstring>
 
 #include "log.hpp"
@@ -12,7 +13,6 @@
 #include "os/reopen.hpp"
 #include "os/sys.hpp"
 #include "os/worker_thread.hpp"
-#include "shim/cufile.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -27,8 +27,6 @@ int open_flags(open_mode m) {
     return O_RDONLY;
 }
 
-bool write_only(open_mode m) { return m == open_mode::write || m == open_mode::append_write; }
-
 // Reads up to this size take the worker's own descriptor. The contention measured is per call;
 // a larger read spends its time copying, and the shared descriptor costs it nothing.
 constexpr std::size_t small_read = 64 << 10;
@@ -41,9 +39,9 @@ constexpr int fd_refused = -2;
 posix_source::posix_source(const std::string& path, open_mode mode, const settings& s)
     : path_(path),
       mode_(mode),
-      cufile_library_(s.cufile_library),
-      direct_io_on_(s.direct_io == direct_io_mode::on),
-      log_(s.log) {
+      config_(s),
+      log_(s.log),
+      alternatives_(local_alternatives().size()) {
     // A file open for writing too keeps one descriptor, so that its reads see its writes by
     // construction on every file system.
     const int first = mode == open_mode::read ? fd_untried : fd_refused;
@@ -72,10 +70,13 @@ posix_source::posix_source(const std::string& path, open_mode mode, const settin
 }
 
 posix_source::~posix_source() {
-    // The cuFile handle goes before the descriptor it registered.
-    cufile_.reset();
+    // The alternatives (a cuFile handle) go before the descriptors they registered.
+    reset_alternatives();
     close_worker_fds();
-    direct_.reset();
+}
+
+void posix_source::reset_alternatives() noexcept {
+    for (auto a = alternatives_.rbegin(); a != alternatives_.rend(); ++a) a->opened.reset();
 }
 
 source_traits posix_source::traits() const noexcept {
@@ -143,57 +144,52 @@ void posix_source::truncate(std::uint64_t size) {
 }
 
 void posix_source::close() {
-    cufile_.reset();
+    // Alternatives close in reverse order of the table (a cuFile handle before the O_DIRECT
+    // descriptor it registered), before the shared descriptor, whose error counts first.
+    std::exception_ptr first;
+    for (auto a = alternatives_.rbegin(); a != alternatives_.rend(); ++a) {
+        if (!a->opened) continue;
+        try {
+            a->opened->close();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
     // Read-only descriptors: their close loses nothing, so only the shared one's error counts.
     close_worker_fds();
-    int e1 = direct_ ? direct_->close_descriptor() : 0;
-    int e2 = fd_.close();
-    if (e2) throw system_error(e2, "close failed", {path_});
-    if (e1) throw system_error(e1, "close failed (O_DIRECT descriptor)", {path_});
+    if (int e = fd_.close()) throw system_error(e, "close failed", {path_});
+    if (first) std::rethrow_exception(first);
 }
 
 double posix_source::cached_fraction() { return resident_fraction(fd_.get(), size()); }
 
 source* posix_source::alternative(std::string_view kind, unavailable_reason& why) {
-    if (kind == "direct") return direct(why);
-    if (kind == "cufile") return cufile(why);
+    const auto table = local_alternatives();
+    for (std::size_t i = 0; i < table.size(); ++i)
+        if (kind == table[i].kind && table[i].traits.opened_per_file) return open_alternative(i, why);
     return source::alternative(kind, why);
 }
 
-direct_source* posix_source::direct(unavailable_reason& why) {
-    std::lock_guard lock(direct_mutex_);
-    if (!direct_tried_) {
-        direct_tried_ = true;
-        if (write_only(mode_)) direct_why_ = {"opened for writing only", 0};
-        else direct_ = direct_source::open(path_, direct_why_);
-    }
-    if (!direct_) why = direct_why_;
-    return direct_.get();
+source* posix_source::sibling(void* self, alternative_role role, unavailable_reason& why) {
+    auto* me = static_cast<posix_source*>(self);
+    const auto table = local_alternatives();
+    for (std::size_t i = 0; i < table.size(); ++i)
+        if (table[i].role == role && table[i].traits.opened_per_file) return me->open_alternative(i, why);
+    why = {.text = "no such alternative in this build"};
+    return nullptr;
 }
 
-cufile_source* posix_source::cufile(unavailable_reason& why) {
-    std::lock_guard lock(cufile_mutex_);
-    if (!cufile_tried_) {
-        cufile_tried_ = true;
-        settings s;
-        s.cufile_library = cufile_library_;
-        std::string no = cufile_unavailable(s);
-        if (!no.empty()) {
-            cufile_why_ = {no, 0};
-        } else {
-            // Real GDS wants an O_DIRECT descriptor. In compatibility mode cuFile does POSIX I/O on
-            // the descriptor it gets, so an O_DIRECT one would bypass the page cache (1.6 against
-            // 11 GB/s hot on our measurements): hand it the buffered one unless O_DIRECT was asked for.
-            int fd = fd_.get();
-            if (shim::cufile(cufile_library_).direct_dma() || direct_io_on_) {
-                unavailable_reason ignored;
-                if (direct_source* d = direct(ignored)) fd = d->fd();
-            }
-            cufile_ = cufile_source::open(path_, fd, mode_ != open_mode::read, cufile_why_);
-        }
+source* posix_source::open_alternative(std::size_t index, unavailable_reason& why) {
+    alternative_slot& slot = alternatives_[index];
+    std::lock_guard lock(slot.mutex);
+    if (!slot.tried) {
+        slot.tried = true;
+        const local_alternative& a = local_alternatives()[index];
+        alternative_base base{path_, fd_.get(), mode_, config_, &posix_source::sibling, this};
+        slot.opened = a.open(base, slot.why);
     }
-    if (!cufile_) why = cufile_why_;
-    return cufile_.get();
+    if (!slot.opened) why = slot.why;
+    return slot.opened.get();
 }
 
 std::unique_ptr<source> open_local_file(const location& where, open_mode mode, const settings& s) {

@@ -1,7 +1,7 @@
 // The local file read and written with buffered pread/pwrite: the "posix" source, which the
-// registry opens for plain paths and file:// locations. It also offers the local file's two
-// alternatives, opened on first ask and owned here: "direct" (O_DIRECT reads) and "cufile"
-// (cuFile DMA to and from GPU memory).
+// registry opens for plain paths and file:// locations. It also offers the local file's
+// alternatives (backend/alternatives.cpp: O_DIRECT reads, cuFile DMA...), each opened on first
+// ask and owned here.
 //
 // Small reads on the engine's workers each go through that worker's own descriptor of the file
 // (os/reopen.hpp): preads of 1.5-5.4 KiB from 16 workers on one descriptor took 1.8-3.4x the
@@ -17,9 +17,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "backend/cufile/cufile_source.hpp"
-#include "backend/direct/direct_source.hpp"
+#include "backend/alternatives.hpp"
 #include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
@@ -44,23 +44,30 @@ public:
     void truncate(std::uint64_t size) override;
     void close() override;
 
-    /// "direct" or "cufile".
+    /// An alternative of the table in backend/alternatives.cpp that this file opens.
     source* alternative(std::string_view kind, unavailable_reason& why) override;
     double cached_fraction() override;
 
     int fd() const noexcept { return fd_.get(); }
 
 private:
-    direct_source* direct(unavailable_reason& why);
-    cufile_source* cufile(unavailable_reason& why);
+    /// One per entry of local_alternatives(), opened on first ask.
+    struct alternative_slot {
+        std::mutex mutex;
+        bool tried = false;
+        std::unique_ptr<source> opened;
+        unavailable_reason why;
+    };
+    source* open_alternative(std::size_t index, unavailable_reason& why);
+    static source* sibling(void* self, alternative_role role, unavailable_reason& why);
+    void reset_alternatives() noexcept;
     /// The descriptor a read of `n` bytes on the calling thread goes through.
     int read_fd(std::size_t n);
     void close_worker_fds() noexcept;
 
     std::string path_;
     open_mode mode_;
-    std::string cufile_library_;
-    bool direct_io_on_;  ///< FERRY_DIRECT_IO=on: cuFile gets the O_DIRECT descriptor too
+    settings config_;  ///< what the alternatives' probes and openers read
     owned_fd fd_;
     log_level log_;
 
@@ -69,15 +76,7 @@ private:
     std::array<std::atomic<int>, 64> worker_fds_;
     std::atomic<bool> fallback_logged_{false};
 
-    std::mutex direct_mutex_;
-    bool direct_tried_ = false;
-    std::unique_ptr<direct_source> direct_;
-    unavailable_reason direct_why_;
-
-    std::mutex cufile_mutex_;
-    bool cufile_tried_ = false;
-    std::unique_ptr<cufile_source> cufile_;
-    unavailable_reason cufile_why_;
+    std::vector<alternative_slot> alternatives_;
 };
 
 /// The registry's opener for local files: plain paths and file:// locations.
