@@ -6,6 +6,7 @@
 #include "backend/cufile/cufile_source.hpp"
 #include "backend/direct/direct_source.hpp"
 #include "backend/io_uring/io_uring_source.hpp"
+#include "backend/registered/registered_source.hpp"
 #include "shim/cufile.hpp"
 
 namespace ferry::detail {
@@ -52,7 +53,8 @@ const local_alternative table[] = {
      [](int fd) { return cufile_handle(fd).status(); }},
     // Found by the file's registration (backend/registered/), not opened by the posix source.
     {"registered", alternative_role::registered_pages,
-     {.device_memory = true, .opened_per_file = false}, nullptr, nullptr},
+     {.device_memory = true, .opened_per_file = false}, nullptr, nullptr, nullptr,
+     [](int fd, std::string& changed) -> std::shared_ptr<source> { return find_registration(fd, changed); }},
     {"io_uring", alternative_role::batched_reads, {.host_memory = true}, io_uring_probe, open_io_uring},
 };
 

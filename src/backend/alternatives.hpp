@@ -61,6 +61,9 @@ struct local_alternative {
     /// For the doctor: registers `fd` as this alternative would and returns the library's status
     /// (0 when it took the file). Null: the alternative registers nothing.
     int (*register_fd)(int fd) = nullptr;
+    /// For a role found by the file's registration rather than opened over it: the registration
+    /// that covers the open file `fd`, or null; `changed` says why an older one no longer does.
+    std::shared_ptr<source> (*find_registered)(int fd, std::string& changed) = nullptr;
 };
 
 /// The table, in the order the posix source opens them (and closes them, reversed).

@@ -113,6 +113,8 @@ public:
     virtual source* alternative(std::string_view kind, unavailable_reason& why);
     /// The fraction of the bytes in the page cache, in [0, 1]; -1 when unknown or meaningless.
     virtual double cached_fraction() { return -1; }
+    /// The descriptor of the local file it reads, or -1 (remote and in-memory sources).
+    virtual int descriptor() const noexcept { return -1; }
 };
 
 }  // namespace ferry::detail

@@ -9,8 +9,6 @@
 
 #include "backend/alternatives.hpp"
 #include "backend/location.hpp"
-#include "backend/posix/posix_source.hpp"
-#include "backend/registered/registered_source.hpp"
 #include "backend/registry.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "io/file_impl.hpp"
@@ -55,9 +53,10 @@ void file_impl::disable_direct(const std::string& why) {
 }
 
 std::shared_ptr<source> file_impl::registration(std::string& changed) {
-    auto* local = dynamic_cast<posix_source*>(source_.get());
-    if (!local) return nullptr;
-    std::shared_ptr<detail::registered_source> now = find_registration(local->fd(), changed);
+    const local_alternative* a = alternative_for(alternative_role::registered_pages);
+    const int fd = source_->descriptor();
+    if (!a || !a->find_registered || fd < 0) return nullptr;
+    std::shared_ptr<source> now = a->find_registered(fd, changed);
     std::lock_guard lock(registered_mutex_);
     if (now) registered_ = now;
     return now;

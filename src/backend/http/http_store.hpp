@@ -2,7 +2,7 @@
 // description of a location (an HTTP prefix cannot be listed, and its objects are read only).
 #pragma once
 
-#include "backend/registry.hpp"
+#include "backend/store.hpp"
 
 namespace ferry::detail {
 

@@ -49,6 +49,7 @@ public:
     double cached_fraction() override;
 
     int fd() const noexcept { return fd_.get(); }
+    int descriptor() const noexcept override { return fd_.get(); }
 
 private:
     /// One per entry of local_alternatives(), opened on first ask.

@@ -3,7 +3,7 @@
 // region, addressing, the credential chain, and for a prefix what it holds).
 #pragma once
 
-#include "backend/registry.hpp"
+#include "backend/store.hpp"
 
 namespace ferry::detail {
 
