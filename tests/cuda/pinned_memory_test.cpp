@@ -10,7 +10,14 @@ namespace ferry::detail {
 namespace {
 
 TEST(pinned_memory, without_a_gpu_says_why) {
-    if (cuda_available()) GTEST_SKIP() << "a GPU is here: the error of a machine without one";
+    if (cuda_available()) {  // the same calls succeed where a GPU is
+        for (std::size_t bytes : {std::size_t{4096}, std::size_t{64} << 20}) {
+            char* p = pin_host_memory(bytes, "cudaHostAlloc (staging buffers)");
+            EXPECT_NE(p, nullptr);
+            unpin_host_memory(p);
+        }
+        return;
+    }
     for (std::size_t bytes : {std::size_t{4096}, std::size_t{64} << 20}) {
         try {
             unpin_host_memory(pin_host_memory(bytes, "cudaHostAlloc (staging buffers)"));

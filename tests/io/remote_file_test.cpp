@@ -422,8 +422,11 @@ TEST_F(remote_file_test, the_doctors_verdict_is_the_route_a_load_takes) {
     auto j = nlohmann::json::parse(out.substr(out.find('{')));
     // All of the payload on the doctor's route (the format's sniff of the first bytes adds a few).
     EXPECT_GE(j["io"].value(verdict, std::uint64_t(0)), std::uint64_t(1) << 20) << "doctor: " << verdict << "; load: " << out;
+    // The sniff reads its few bytes into host memory whatever the destination: only routes that
+    // carried payload must be the doctor's.
     for (const auto& [route, bytes] : j["io"].items())
-        if (route != "fallbacks" && route != "routes") EXPECT_EQ(route, verdict) << out;
+        if (route != "fallbacks" && route != "routes" && bytes.get<std::uint64_t>() >= 4096)
+            EXPECT_EQ(route, verdict) << out;
     if (cuda_device_count() == 0) {
         EXPECT_EQ(verdict, "host");
         EXPECT_EQ(report.text.find("copied to the GPU"), std::string::npos) << report.text;
