@@ -73,7 +73,7 @@ if [ "$what" = all ] || [ "$what" = test ]; then
            END { printf "fault loops (host and GPU): %d runs, %d succeeded (%d absorbed a persistent fault), %d typed errors\n", r, s, a, t }' \
     | while read -r line; do note "$line"; done
   if [ -d python/tests ]; then
-    PYTHONUNBUFFERED=1 scripts/test-python.sh $build -rs >"$out/pytest.log" 2>&1
+    FERRY_CLI=$PWD/$build/tools/ferry PYTHONUNBUFFERED=1 scripts/test-python.sh $build -rs >"$out/pytest.log" 2>&1
     note "pytest: rc $?, $(tail -1 "$out/pytest.log")"
     grep -E "SKIPPED|FAILED|Error" "$out/pytest.log" | head -20
   fi

@@ -57,6 +57,14 @@ GROUP_BYTES = 2 << 30
 _BatchItem = tuple[Any, ArraySpec, "SelectorTuple", "SelectorTuple", bool]
 
 
+def _endian(e):
+    """A bytes codec's byte order as "little", "big" or None: zarr 3.1 holds an Endian enum,
+    later releases the plain string."""
+    if e is None:
+        return None
+    return getattr(e, "value", e)
+
+
 def _native_order() -> str:
     return "little" if sys.byteorder == "little" else "big"
 
@@ -199,7 +207,7 @@ class CodecPipeline(BatchedCodecPipeline):
         dt = _result_dtype(spec0, on_gpu)
         want = _dtype_order(dt)
         if out_arr.dtype != dt or (
-            want is not None and ab.endian is not None and ab.endian.value != want
+            want is not None and ab.endian is not None and _endian(ab.endian) != want
         ):
             return [None] * len(batch)
         if not out_arr.flags.c_contiguous or out_arr.ndim == 0:
@@ -238,7 +246,7 @@ class CodecPipeline(BatchedCodecPipeline):
         index_crc = len(index_codecs) == 2
         index_bytes = index_codecs[0]
         assert isinstance(index_bytes, BytesCodec)
-        index_big = index_bytes.endian is not None and index_bytes.endian.value == "big"
+        index_big = _endian(index_bytes.endian) == "big"
 
         for group in _groups(batch):
             # 1. every shard index of the group: one plan, into host memory (they are small)
@@ -397,7 +405,7 @@ class CodecPipeline(BatchedCodecPipeline):
         rows = batch.block[: n * nbytes].reshape(n, nbytes)
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
-        stored = ab.endian.value if ab.endian is not None else None
+        stored = _endian(ab.endian)
         arr = _from_bytes(rows, dt, stored, on_gpu).reshape((n,) + tuple(spec_ab.shape))
         for aa in reversed(self.array_array_codecs):
             assert isinstance(aa, TransposeCodec)
@@ -455,7 +463,7 @@ class CodecPipeline(BatchedCodecPipeline):
         xp = _xp(on_gpu)
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
-        stored = ab.endian.value if ab.endian is not None else None
+        stored = _endian(ab.endian)
         data = []
         for i in present:
             nd = items[i][0]
