@@ -57,9 +57,9 @@ GROUP_BYTES = 2 << 30
 _BatchItem = tuple[Any, ArraySpec, "SelectorTuple", "SelectorTuple", bool]
 
 
-def _endian(e):
-    """A bytes codec's byte order as "little", "big" or None: zarr 3.1 holds an Endian enum,
-    later releases the plain string."""
+def _word(e):
+    """A codec setting that zarr 3.1 holds as an enum (Endian, ShardingCodecIndexLocation) and
+    later releases as its plain string: the string, or None."""
     if e is None:
         return None
     return getattr(e, "value", e)
@@ -207,7 +207,7 @@ class CodecPipeline(BatchedCodecPipeline):
         dt = _result_dtype(spec0, on_gpu)
         want = _dtype_order(dt)
         if out_arr.dtype != dt or (
-            want is not None and ab.endian is not None and _endian(ab.endian) != want
+            want is not None and ab.endian is not None and _word(ab.endian) != want
         ):
             return [None] * len(batch)
         if not out_arr.flags.c_contiguous or out_arr.ndim == 0:
@@ -246,7 +246,7 @@ class CodecPipeline(BatchedCodecPipeline):
         index_crc = len(index_codecs) == 2
         index_bytes = index_codecs[0]
         assert isinstance(index_bytes, BytesCodec)
-        index_big = _endian(index_bytes.endian) == "big"
+        index_big = _word(index_bytes.endian) == "big"
 
         for group in _groups(batch):
             # 1. every shard index of the group: one plan, into host memory (they are small)
@@ -258,7 +258,7 @@ class CodecPipeline(BatchedCodecPipeline):
                 ReadRequest(
                     bg.path,
                     SuffixByteRequest(n)
-                    if sc.index_location.value == "end"
+                    if _word(sc.index_location) == "end"
                     else RangeByteRequest(0, n),
                 )
                 for (bg, *_), n in zip(group, size_of)
@@ -405,7 +405,7 @@ class CodecPipeline(BatchedCodecPipeline):
         rows = batch.block[: n * nbytes].reshape(n, nbytes)
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
-        stored = _endian(ab.endian)
+        stored = _word(ab.endian)
         arr = _from_bytes(rows, dt, stored, on_gpu).reshape((n,) + tuple(spec_ab.shape))
         for aa in reversed(self.array_array_codecs):
             assert isinstance(aa, TransposeCodec)
@@ -463,7 +463,7 @@ class CodecPipeline(BatchedCodecPipeline):
         xp = _xp(on_gpu)
         ab = self.array_bytes_codec
         assert isinstance(ab, BytesCodec)
-        stored = _endian(ab.endian)
+        stored = _word(ab.endian)
         data = []
         for i in present:
             nd = items[i][0]
