@@ -31,30 +31,46 @@ const plan_facts::offer* plan_facts::offered(alternative_role role) const {
     return nullptr;
 }
 
-plan_result plan_route(const plan_facts& f) {
-    plan_result p;
-    auto say = [&](reason_code c, std::string text, bool fallback = false, reason_code cause = reason_code::none) {
+namespace {
+
+// One call of plan_route, in its steps: the reader of the file (buffered, O_DIRECT or io_uring),
+// then the mover by the destination (host memory, a registered file, staged, cuFile). Each step
+// adds its reasons to the plan; the page-cache residency is probed at most once.
+class route_planning {
+public:
+    explicit route_planning(const plan_facts& f) : f(f), is_write(f.dir == direction::write) {}
+
+    plan_result run() {
+        if (!f.ranged)
+            say(reason_code::no_ranges,
+                "the server does not serve byte ranges (no Range support): each read is one plain GET of the "
+                "object, streamed from its first byte, not parallel ranged GETs",
+                true);
+        choose_direct();
+        choose_batched();
+        reader = want_direct    ? bypass->entry->kind
+                 : want_batched ? batched->entry->kind
+                                : f.source_kind;
+        if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) return host();
+        if (registered()) return p;
+        return device();
+    }
+
+private:
+    void say(reason_code c, std::string text, bool fallback = false, reason_code cause = reason_code::none) {
         p.reasons.push_back({c, std::move(text), fallback});
         p.reasons.back().cause = cause;
-    };
-    const bool is_write = f.dir == direction::write;
-    if (!f.ranged)
-        say(reason_code::no_ranges,
-            "the server does not serve byte ranges (no Range support): each read is one plain GET of the "
-            "object, streamed from its first byte, not parallel ranged GETs",
-            true);
+    }
 
-    // The page-cache residency of the file, probed at most once.
-    std::optional<double> resident_seen;
-    auto resident = [&] {
+    double resident() {
         if (!resident_seen) resident_seen = f.cached_fraction ? f.cached_fraction() : -1;
         return *resident_seen;
-    };
+    }
 
     // Reads: buffered or O_DIRECT.
-    bool want_direct = false;
-    const plan_facts::offer* bypass = f.offered(alternative_role::page_cache_bypass);
-    if (!is_write && bypass) {
+    void choose_direct() {
+        bypass = f.offered(alternative_role::page_cache_bypass);
+        if (is_write || !bypass) return;
         if (f.direct_io == direct_io_mode::on) {
             want_direct = true;
             say(reason_code::direct_io_on, "FERRY_DIRECT_IO=on");
@@ -75,13 +91,14 @@ plan_result plan_route(const plan_facts& f) {
             }
         }
     }
+
     // Reads through batched submissions (io_uring): only when FERRY_IO_URING=on. `auto` does not
     // take them yet: io_uring has not been measured faster than the thread pool's preads on the
     // target machine (hot reads are a memory copy either way, and the pool already keeps one
     // read in flight per worker), and until it is, `auto` keeps the measured route.
-    const plan_facts::offer* batched = f.offered(alternative_role::batched_reads);
-    bool want_batched = false;
-    if (!is_write && !want_direct && batched && f.io_uring == io_uring_mode::on) {
+    void choose_batched() {
+        batched = f.offered(alternative_role::batched_reads);
+        if (is_write || want_direct || !batched || f.io_uring != io_uring_mode::on) return;
         std::optional<unavailable_reason> no = batched->usable ? batched->usable() : std::nullopt;
         if (no) {
             p.refusal = unavailable_reason{"FERRY_IO_URING=on but io_uring cannot be used: " + no->text, 0};
@@ -93,11 +110,8 @@ plan_result plan_route(const plan_facts& f) {
                                               std::to_string(f.io_uring_queue_depth) + " in flight per thread");
         }
     }
-    const std::string reader = want_direct    ? bypass->entry->kind
-                               : want_batched ? batched->entry->kind
-                                              : f.source_kind;
 
-    if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) {
+    plan_result host() {
         p.chosen = {reader, mover::host, want_direct ? io_path::direct : io_path::host};
         p.reasons.insert(p.reasons.begin(),
                          {reason_code::host_memory,
@@ -109,22 +123,25 @@ plan_result plan_route(const plan_facts& f) {
 
     // A registered file (ferry::registered_file): its pinned page-cache pages go to the GPU by
     // DMA, with no staging copy. Not where the settings ask for cuFile only or for O_DIRECT.
-    const plan_facts::offer* pages = f.offered(alternative_role::registered_pages);
-    if (!is_write && f.memory == memory_kind::device && pages && pages->usable && f.gds != gds_mode::on &&
-        !want_direct) {
+    bool registered() {
+        const plan_facts::offer* pages = f.offered(alternative_role::registered_pages);
+        if (is_write || f.memory != memory_kind::device || !pages || !pages->usable || f.gds == gds_mode::on ||
+            want_direct)
+            return false;
         std::optional<unavailable_reason> no = pages->usable();
         if (!no) {
             p.chosen = {pages->entry->kind, mover::device_dma, io_path::staged};
             say(reason_code::registered, "the file is registered (ferry::registered_file): one DMA per piece "
                                          "from its pinned page-cache pages, no staging copy");
-            return p;
+            return true;
         }
         if (no->cause != reason_code::none)
-            say(reason_code::registered, "the file is registered, but " + no->text + ": not read through the registration",
-                false, no->cause);
+            say(reason_code::registered,
+                "the file is registered, but " + no->text + ": not read through the registration", false, no->cause);
+        return false;
     }
 
-    auto use_staged = [&](reason_code c, std::string why, bool fallback) -> plan_result& {
+    plan_result& use_staged(reason_code c, std::string why, bool fallback) {
         p.chosen = {reader, mover::staged, want_direct ? io_path::staged_direct : io_path::staged};
         say(c, std::move(why), fallback);
         std::string staging = std::to_string(f.threads) + " threads, " + std::to_string(f.staging_buffers) +
@@ -161,52 +178,71 @@ plan_result plan_route(const plan_facts& f) {
                 bytes_text(f.lane_buffer_size) + " pinned buffers, filled by all " + std::to_string(f.threads) +
                 " threads: fewer, larger copies to the GPU");
         return p;
-    };
-    if (f.memory == memory_kind::managed)
-        return use_staged(reason_code::managed_memory, "managed memory: cuFile reads only into device memory", false);
-    if (f.gds == gds_mode::off) return use_staged(reason_code::gds_off, "FERRY_GDS=off", false);
-    if (f.size < f.gds_threshold)
-        return use_staged(reason_code::below_gds_threshold,
-                          "request of " + bytes_text(f.size) + " is below FERRY_GDS_THRESHOLD (" +
-                              bytes_text(f.gds_threshold) + ")",
-                          false);
-    const plan_facts::offer* dma = f.offered(alternative_role::device_dma);
-    if (!dma) {
-        std::string why = f.source_kind + " source cannot move bytes to the GPU itself";
-        if (f.gds == gds_mode::on) p.refusal = unavailable_reason{"FERRY_GDS=on but " + why, 0};
-        return use_staged(reason_code::no_device_dma, why, false);
     }
-    if (f.gds == gds_mode::auto_ && !(f.nvidia_fs_loaded && f.nvidia_fs_loaded()))
-        return use_staged(reason_code::no_nvidia_fs,
-                          "GPUDirect Storage: nvidia-fs is not loaded (no /proc/driver/nvidia-fs), so cuFile "
-                          "could only run in compatibility mode, slower than the staged path",
-                          true);
-    std::optional<unavailable_reason> no = dma->usable ? dma->usable() : unavailable_reason{"cuFile not probed", 0};
-    if (no) {
-        if (f.gds == gds_mode::on)
-            p.refusal = unavailable_reason{"FERRY_GDS=on but cuFile cannot be used: " + no->text, no->code};
-        plan_result& r = use_staged(reason_code::cufile_unusable, "GPUDirect Storage unusable: " + no->text, true);
-        reason& said = r.reasons[r.reasons.size() - 2];
-        said.status = no->code;
-        said.udev_missing = no->udev_missing;
-        said.cause = no->cause;
-        return r;
+
+    // Into device or managed memory: staged through pinned buffers, or cuFile.
+    plan_result device() {
+        if (f.memory == memory_kind::managed)
+            return use_staged(reason_code::managed_memory, "managed memory: cuFile reads only into device memory",
+                              false);
+        if (f.gds == gds_mode::off) return use_staged(reason_code::gds_off, "FERRY_GDS=off", false);
+        if (f.size < f.gds_threshold)
+            return use_staged(reason_code::below_gds_threshold,
+                              "request of " + bytes_text(f.size) + " is below FERRY_GDS_THRESHOLD (" +
+                                  bytes_text(f.gds_threshold) + ")",
+                              false);
+        const plan_facts::offer* dma = f.offered(alternative_role::device_dma);
+        if (!dma) {
+            std::string why = f.source_kind + " source cannot move bytes to the GPU itself";
+            if (f.gds == gds_mode::on) p.refusal = unavailable_reason{"FERRY_GDS=on but " + why, 0};
+            return use_staged(reason_code::no_device_dma, why, false);
+        }
+        if (f.gds == gds_mode::auto_ && !(f.nvidia_fs_loaded && f.nvidia_fs_loaded()))
+            return use_staged(reason_code::no_nvidia_fs,
+                              "GPUDirect Storage: nvidia-fs is not loaded (no /proc/driver/nvidia-fs), so cuFile "
+                              "could only run in compatibility mode, slower than the staged path",
+                              true);
+        std::optional<unavailable_reason> no = dma->usable ? dma->usable() : unavailable_reason{"cuFile not probed", 0};
+        if (no) {
+            if (f.gds == gds_mode::on)
+                p.refusal = unavailable_reason{"FERRY_GDS=on but cuFile cannot be used: " + no->text, no->code};
+            plan_result& r = use_staged(reason_code::cufile_unusable, "GPUDirect Storage unusable: " + no->text, true);
+            reason& said = r.reasons[r.reasons.size() - 2];
+            said.status = no->code;
+            said.udev_missing = no->udev_missing;
+            said.cause = no->cause;
+            return r;
+        }
+        if (auto v = f.nvfs_version ? f.nvfs_version() : std::nullopt) {
+            p.chosen = {dma->entry->kind, mover::device_dma, io_path::gds};
+            say(reason_code::gds_direct_dma, "GPUDirect Storage: cuFile with nvidia-fs " + std::to_string(v->first) +
+                                                 "." + std::to_string(v->second));
+            return p;
+        }
+        if (f.gds == gds_mode::on) {
+            p.chosen = {dma->entry->kind, mover::device_dma, io_path::cufile_compat};
+            say(reason_code::cufile_compat_forced,
+                "FERRY_GDS=on: cuFile in compatibility mode (nvidia-fs not loaded: POSIX I/O "
+                "and copies inside cuFile, not GPUDirect Storage)");
+            return p;
+        }
+        return use_staged(reason_code::cufile_compat_slower,
+                          "GPUDirect Storage: cuFile would run in compatibility mode (nvidia-fs 0.0)", true);
     }
-    if (auto v = f.nvfs_version ? f.nvfs_version() : std::nullopt) {
-        p.chosen = {dma->entry->kind, mover::device_dma, io_path::gds};
-        say(reason_code::gds_direct_dma, "GPUDirect Storage: cuFile with nvidia-fs " + std::to_string(v->first) +
-                                             "." + std::to_string(v->second));
-        return p;
-    }
-    if (f.gds == gds_mode::on) {
-        p.chosen = {dma->entry->kind, mover::device_dma, io_path::cufile_compat};
-        say(reason_code::cufile_compat_forced,
-            "FERRY_GDS=on: cuFile in compatibility mode (nvidia-fs not loaded: POSIX I/O "
-            "and copies inside cuFile, not GPUDirect Storage)");
-        return p;
-    }
-    return use_staged(reason_code::cufile_compat_slower,
-                      "GPUDirect Storage: cuFile would run in compatibility mode (nvidia-fs 0.0)", true);
-}
+
+    const plan_facts& f;
+    const bool is_write;
+    plan_result p;
+    std::optional<double> resident_seen;
+    const plan_facts::offer* bypass = nullptr;
+    const plan_facts::offer* batched = nullptr;
+    bool want_direct = false;
+    bool want_batched = false;
+    std::string reader;
+};
+
+}  // namespace
+
+plan_result plan_route(const plan_facts& f) { return route_planning(f).run(); }
 
 }  // namespace ferry::detail
