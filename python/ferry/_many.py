@@ -108,7 +108,8 @@ def _parse_npy(path: str, buf: memoryview, start: int, size: int):
     end = hstart + hlen
     if end > size:
         raise _format_error(path, "header", "ends at byte %d, the file has %d bytes" % (end, size))
-    text = (head[hstart:end] if end <= len(head) else bytes(buf[start + hstart:start + end])).decode("latin1")
+    raw = head[hstart:end] if end <= len(head) else bytes(buf[start + hstart:start + end])
+    text = raw.decode("latin1")
     m = _NPY_HEADER.match(text)
     if m:
         dt = _dtype(m.group(1))
@@ -154,7 +155,8 @@ def _parse_safetensors(path: str, buf: memoryview, start: int, size: int):
             kind, shape, (b, e) = t["dtype"], tuple(int(d) for d in t["shape"]), t["data_offsets"]
             b, e = int(b), int(e)
         except (TypeError, KeyError, ValueError):
-            raise _format_error(path, "tensor %r" % name, "needs dtype, shape and data_offsets") from None
+            raise _format_error(path, "tensor %r" % name,
+                                "needs dtype, shape and data_offsets") from None
         descr = _SAFETENSORS_DTYPES.get(kind)
         if descr is None:
             raise _Fallback()  # bfloat16, float8: ferry.load knows them
@@ -210,7 +212,9 @@ class _Request:
             return _view(buf, start, self.shape, dt)
         if self.dtype is not None:
             raise _Fallback()  # a conversion: ferry.load does it
-        return _parse_npy(path, buf, start, size) if kind == "npy" else _parse_safetensors(path, buf, start, size)
+        if kind == "npy":
+            return _parse_npy(path, buf, start, size)
+        return _parse_safetensors(path, buf, start, size)
 
 
 def _read_whole(path: str, view: memoryview) -> None:
@@ -220,7 +224,8 @@ def _read_whole(path: str, view: memoryview) -> None:
         while done < n:
             got = os.preadv(fd, [view[done:]], done)
             if got == 0:
-                exc = EndOfFileError("%s ended at byte %d while being read (it had %d bytes)" % (path, done, n))
+                exc = EndOfFileError("%s ended at byte %d while being read (it had %d bytes)"
+                                     % (path, done, n))
                 exc.filename, exc.file_size = path, done
                 raise exc
             done += got
