@@ -233,7 +233,13 @@ def test_iter_load_in_order_and_errors(tmp_path, npy_files):
 
 
 def test_device_cuda_loops_through_load(gpu, npy_files):
+    from ferry._convert import host_to_numpy
+
     paths, arrays = npy_files
-    got = ferry.load_many(paths[:3], device="cuda", like="ferry")
-    for g, w in zip(got, arrays[:3]):
-        np.testing.assert_array_equal(np.asarray(ferry.Array.to_device(g, "cpu")), w)
+    got = ferry.load_many(paths[:4], device="cuda", like="ferry")
+    for g, w in zip(got, arrays[:4]):
+        assert g.device.startswith("cuda")
+        np.testing.assert_array_equal(host_to_numpy(g.to_device("cpu")), w)
+    it = ferry.iter_load(paths[:4], device="cuda", like="ferry")
+    for g, w in zip(it, arrays[:4]):
+        np.testing.assert_array_equal(host_to_numpy(g.to_device("cpu")), w)
