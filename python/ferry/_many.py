@@ -1,8 +1,8 @@
 """Many small files at once: ferry.load_many and ferry.iter_load.
 
-Into host memory the files are read whole, each with one pread, by a pool of threads into one
-pooled allocation, and their headers (.npy, safetensors) are parsed from that memory; the
-arrays handed out are numpy views of it, as checkpoint loads hand out views of their block
+Into host memory the files are read whole, each with one pread, by a pool of threads, each
+run of up to 64 files into one pooled allocation, and their headers (.npy, safetensors) are
+parsed from that memory; the arrays handed out are numpy views of it, as checkpoint loads hand out views of their block
 (_convert.numpy_views). One read a file, not a header read and then a payload read, because
 for files of 16-256 KiB the system calls and the Python around them cost more than the bytes.
 ferry.read_batch is not used here: opening a ferry.File costs several times what os.open
@@ -299,9 +299,9 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     the order given: an array for a .npy or raw file, a dict name -> array (sorted by name)
     for a safetensors file, as :func:`ferry.load` returns them.
 
-    Into host memory (the default) the files are read whole by a pool of threads into one
-    pooled allocation and the arrays are numpy views of it (an array keeps that allocation
-    alive); their headers are parsed from that memory. Each file gets its own bytes, so
+    Into host memory (the default) the files are read whole by a pool of threads, each run of
+    up to 64 files into one pooled allocation, and the arrays are numpy views of it (an array
+    keeps its run's allocation alive); their headers are parsed from that memory. Each file gets its own bytes, so
     duplicate paths give independent arrays. .npy arrays keep the file's byte order and
     Fortran order, as numpy's ``np.load`` does. Raw files need ``dtype`` (and take ``shape``;
     without it, as many items as the file holds). For a .npy or safetensors file ``dtype``
@@ -351,48 +351,42 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
 
 
 def _load_host(names: list[str], request: _Request, results: list, failed: dict, later: list) -> None:
-    n = len(names)
-    pool = _executor()
-    sizes = [-1] * n
+    """Each task of the pool takes a run of files: their sizes, one allocation for the run,
+    a pread of each file into it, its header parsed there. One allocation per run rather
+    than per call: a call's single block of gigabytes is fresh memory, faulted in page by
+    page, and on the busy CPU machine it cost more than the reads themselves (20,000 files
+    of 16-256 KiB, docs/benchmarks.md); runs of a few MiB come from memory the allocator
+    already holds, and keeping one array keeps only its run's block alive."""
+    fallbacks: list[int] = []
 
-    def stat(r: range) -> None:
+    def run(r: range) -> None:
+        sizes = []
         for i in r:
             try:
-                sizes[i] = os.stat(names[i]).st_size
+                sizes.append(os.stat(names[i]).st_size)
             except OSError as e:
                 failed[i] = e
-
-    chunks = _chunks(n)
-    for f in [pool.submit(stat, r) for r in chunks]:
-        f.result()
-    offsets = [0] * n
-    total = 0
-    for i in range(n):
-        if sizes[i] >= 0:
-            offsets[i] = total
-            total += -(-sizes[i] // _ALIGN) * _ALIGN
-    raw = np.empty(total + 4096, np.uint8)
-    skip = (-raw.ctypes.data) % 4096
-    block = memoryview(raw[skip:skip + total]) if total else memoryview(raw[:0])
-    fallbacks: list[list[int]] = [[] for _ in chunks]
-
-    def read(k: int, r: range) -> None:
-        for i in r:
-            if sizes[i] < 0:
+                sizes.append(-1)
+        total = sum(-(-s // _ALIGN) * _ALIGN for s in sizes if s > 0)
+        raw = np.empty(total + _ALIGN, np.uint8)
+        block = memoryview(raw)
+        start = (-raw.ctypes.data) % _ALIGN
+        for i, size in zip(r, sizes):
+            if size < 0:
                 continue
-            start, size = offsets[i], sizes[i]
             try:
                 _read_whole(names[i], block[start:start + size])
                 results[i] = request.parse(names[i], block, start, size)
             except _Fallback:
-                fallbacks[k].append(i)
+                fallbacks.append(i)
             except Exception as e:  # noqa: BLE001 (every failure is reported with its file)
                 failed[i] = e
+            start += -(-size // _ALIGN) * _ALIGN
 
-    for f in [pool.submit(read, k, r) for k, r in enumerate(chunks)]:
+    pool = _executor()
+    for f in [pool.submit(run, r) for r in _chunks(len(names))]:
         f.result()
-    for part in fallbacks:
-        later.extend(part)
+    later.extend(sorted(fallbacks))
 
 
 def iter_load(paths: Iterable[Any], prefetch: int = 8, *, device: Any = None, like: Any = None,
