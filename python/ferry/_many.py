@@ -47,6 +47,10 @@ class LoadFailure(NamedTuple):
 
 _WORKERS = 16
 _ALIGN = 64  # .npy payloads start 64-byte aligned within their file; each file starts so here
+# numpy asks for huge pages for allocations of 4 MiB and more; where the kernel compacts
+# memory for them on the spot (transparent_hugepage/defrag "madvise", the CPU machine),
+# touching such a block cost several times what 4 KiB pages do. Blocks stay below that.
+_BLOCK = 3 << 20
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -350,13 +354,28 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     return results, failures
 
 
+def _block(r: range, sizes: list[int], first: int, need: int) -> tuple[memoryview, int, int]:
+    """A block for the files of run ``r`` from ``first`` on, of at most _BLOCK bytes (or the
+    first file's alone), and where its aligned space begins and ends."""
+    total = need
+    for size in sizes[first - r.start + 1:]:
+        more = -(-max(size, 0) // _ALIGN) * _ALIGN
+        if total + more > _BLOCK:
+            break
+        total += more
+    raw = np.empty(total + _ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    return memoryview(raw), start, start + total
+
+
 def _load_host(names: list[str], request: _Request, results: list, failed: dict, later: list) -> None:
-    """Each task of the pool takes a run of files: their sizes, one allocation for the run,
-    a pread of each file into it, its header parsed there. One allocation per run rather
-    than per call: a call's single block of gigabytes is fresh memory, faulted in page by
-    page, and on the busy CPU machine it cost more than the reads themselves (20,000 files
-    of 16-256 KiB, docs/benchmarks.md); runs of a few MiB come from memory the allocator
-    already holds, and keeping one array keeps only its run's block alive."""
+    """Each task of the pool takes a run of files: their sizes, a few pooled allocations of
+    at most _BLOCK bytes for them, a pread of each file into its place, its header parsed
+    there. Not one block per call: a call's single block of gigabytes is fresh memory,
+    faulted in page by page (and in huge pages, see _BLOCK), and on the busy CPU machine it
+    cost more than the reads themselves (20,000 files of 16-256 KiB, docs/benchmarks.md);
+    blocks of a few MiB come from memory the allocator already holds, and keeping one array
+    keeps only its block alive."""
     fallbacks: list[int] = []
 
     def run(r: range) -> None:
@@ -367,13 +386,13 @@ def _load_host(names: list[str], request: _Request, results: list, failed: dict,
             except OSError as e:
                 failed[i] = e
                 sizes.append(-1)
-        total = sum(-(-s // _ALIGN) * _ALIGN for s in sizes if s > 0)
-        raw = np.empty(total + _ALIGN, np.uint8)
-        block = memoryview(raw)
-        start = (-raw.ctypes.data) % _ALIGN
+        block, start, end = None, 0, 0
         for i, size in zip(r, sizes):
             if size < 0:
                 continue
+            need = -(-size // _ALIGN) * _ALIGN
+            if block is None or start + need > end:
+                block, start, end = _block(r, sizes, i, need)
             try:
                 _read_whole(names[i], block[start:start + size])
                 results[i] = request.parse(names[i], block, start, size)
@@ -381,7 +400,7 @@ def _load_host(names: list[str], request: _Request, results: list, failed: dict,
                 fallbacks.append(i)
             except Exception as e:  # noqa: BLE001 (every failure is reported with its file)
                 failed[i] = e
-            start += -(-size // _ALIGN) * _ALIGN
+            start += need
 
     pool = _executor()
     for f in [pool.submit(run, r) for r in _chunks(len(names))]:
