@@ -1,10 +1,11 @@
 """Many small files at once: ferry.load_many and ferry.iter_load.
 
-Into host memory the files are read whole, each with one pread, by a pool of threads, each
-run of up to 64 files into one pooled allocation, and their headers (.npy, safetensors) are
-parsed from that memory; the arrays handed out are numpy views of it, as checkpoint loads hand out views of their block
-(_convert.numpy_views). One read a file, not a header read and then a payload read, because
-for files of 16-256 KiB the system calls and the Python around them cost more than the bytes.
+Into host memory the files are read whole, each with one pread, by a pool of threads into
+pooled blocks of a few MiB, and their headers (.npy, safetensors) are parsed from that
+memory; the arrays handed out are numpy views of the blocks, as checkpoint loads hand out
+views of their block (_convert.numpy_views). One read a file, not a header read and then a
+payload read, because for files of 16-256 KiB the system calls and the Python around them
+cost more than the bytes.
 ferry.read_batch is not used here: opening a ferry.File costs several times what os.open
 does, and its host pieces gained nothing over preads from threads for files this small
 (docs/benchmarks.md, "Many small files into host memory").
@@ -303,11 +304,11 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     the order given: an array for a .npy or raw file, a dict name -> array (sorted by name)
     for a safetensors file, as :func:`ferry.load` returns them.
 
-    Into host memory (the default) the files are read whole by a pool of threads, each run of
-    up to 64 files into one pooled allocation, and the arrays are numpy views of it (an array
-    keeps its run's allocation alive); their headers are parsed from that memory. Each file gets its own bytes, so
-    duplicate paths give independent arrays. .npy arrays keep the file's byte order and
-    Fortran order, as numpy's ``np.load`` does. Raw files need ``dtype`` (and take ``shape``;
+    Into host memory (the default) the files are read whole by a pool of threads into pooled
+    blocks of up to 3 MiB (a larger file gets its own), and the arrays are numpy views of them
+    (an array keeps its block alive); their headers are parsed from that memory. Each file
+    gets its own bytes, so duplicate paths give independent arrays. .npy arrays keep the
+    file's byte order and Fortran order, as numpy's ``np.load`` does. Raw files need ``dtype`` (and take ``shape``;
     without it, as many items as the file holds). For a .npy or safetensors file ``dtype``
     converts floating-point arrays as :func:`ferry.load` does.
 
