@@ -308,9 +308,9 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     blocks of up to 3 MiB (a larger file gets its own), and the arrays are numpy views of them
     (an array keeps its block alive); their headers are parsed from that memory. Each file
     gets its own bytes, so duplicate paths give independent arrays. .npy arrays keep the
-    file's byte order and Fortran order, as numpy's ``np.load`` does. Raw files need ``dtype`` (and take ``shape``;
-    without it, as many items as the file holds). For a .npy or safetensors file ``dtype``
-    converts floating-point arrays as :func:`ferry.load` does.
+    file's byte order and Fortran order, as numpy's ``np.load`` does. Raw files need
+    ``dtype`` (and take ``shape``; without it, as many items as the file holds). For a .npy
+    or safetensors file ``dtype`` converts floating-point arrays as :func:`ferry.load` does.
 
     With ``device="cuda"`` (or a ``like`` other than numpy) the files are, for now, loaded one
     after another through :func:`ferry.load`'s GPU path: correct, but not yet batched.
