@@ -31,6 +31,7 @@ from ._checkpoint import (
 from ._distributed import GroupLoadError, GroupTimeoutError
 from ._group_plan import Layout
 from ._api import doctor, fromfile, info, load, load_checkpoint, reset_stats, save, stats, tofile
+from ._many import LoadFailure, iter_load, load_many
 from ._errors import (
     CheckpointError,
     CheckpointIOError,
@@ -134,6 +135,7 @@ __all__ = [
     "GroupLoadError",
     "GroupTimeoutError",
     "Layout",
+    "LoadFailure",
     "LoadResult",
     "Split",
     "checkpoint_memory_budget",
@@ -160,7 +162,9 @@ __all__ = [
     "doctor",
     "fromfile",
     "info",
+    "iter_load",
     "load",
+    "load_many",
     "read_batch",
     "register_file",
     "RegisteredFile",

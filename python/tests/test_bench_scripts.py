@@ -278,3 +278,15 @@ def test_into_import_probe_measures_every_way():
     assert lines[0].startswith("40 tensors on cpu")
     assert [ln.split()[0] for ln in lines[1:]] == ["objects", "capsules", "into="]
     assert all(float(ln.split()[1]) > 0 for ln in lines[1:])
+
+
+def test_many_files_bench_measures_every_reader(tmp_path):
+    # A few hundred files: every reader's row is printed and its arrays were checked.
+    out = tmp_path / "many.json"
+    r = run([os.path.join(BENCH, "many_files_bench.py"), "--dir", str(tmp_path), "--files", "300",
+             "--min-bytes", "1024", "--max-bytes", "8192", "--rounds", "1", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("np.load loop", "np.load 16 threads", "ferry.load loop", "ferry.load_many", "ferry.iter_load"):
+        assert re.search(r"\| %s \| \d+\.\d+ \| \d+ \|" % re.escape(name), r.stdout), r.stdout
+    with open(out) as f:
+        assert json.load(f)["files"] == 300

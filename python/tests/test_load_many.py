@@ -1,0 +1,245 @@
+"""ferry.load_many and ferry.iter_load against numpy: .npy of mixed dtypes, shapes, byte orders
+and Fortran order, safetensors, raw files, order, duplicates, errors raised or skipped with the
+file and its index, and a thousand small files."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import ferry
+
+DTYPES = ["bool", "int8", "<i2", ">i4", "<u8", ">f2", "<f4", ">f8", "<c8", ">c16"]
+
+
+def sample(dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    a = rng.standard_normal(int(np.prod(shape))) * 100
+    if dt.kind == "b":
+        a = a > 0
+    return a.astype(dt).reshape(shape)
+
+
+def same(got, want):
+    assert type(got) is np.ndarray
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.flags.f_contiguous == want.flags.f_contiguous
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture
+def npy_files(tmp_path):
+    paths, arrays = [], []
+    for i, dt in enumerate(DTYPES):
+        shape = [(7,), (3, 5), (2, 3, 4), (), (0, 4)][i % 5]
+        a = sample(dt, shape, i)
+        if i % 3 == 1 and a.ndim >= 2:
+            a = np.asfortranarray(a)
+        p = tmp_path / ("a%02d.npy" % i)
+        np.save(p, a)
+        paths.append(str(p))
+        arrays.append(np.load(p))
+    return paths, arrays
+
+
+def test_npy_mixed_in_order(npy_files):
+    paths, arrays = npy_files
+    got = ferry.load_many(paths)
+    assert len(got) == len(paths)
+    for g, w in zip(got, arrays):
+        same(g, w)
+
+
+def test_fortran_and_big_endian_kept(tmp_path):
+    a = np.asfortranarray(np.arange(24, dtype=">f8").reshape(4, 6))
+    np.save(tmp_path / "f.npy", a)
+    (g,) = ferry.load_many([tmp_path / "f.npy"])
+    same(g, np.load(tmp_path / "f.npy"))
+    assert g.dtype.str == ">f8" and g.flags.f_contiguous
+
+
+def test_npy_header_numpy_did_not_write(tmp_path):
+    # A header in another spelling than np.save's still loads (numpy's own reader parses it).
+    header = b"{'shape': (2, 2), 'fortran_order': False, 'descr': '<i2'}"
+    header += b" " * (64 - 10 - len(header) - 1) + b"\n"
+    (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+                                     + np.arange(4, dtype="<i2").tobytes())
+    (g,) = ferry.load_many([tmp_path / "x.npy"])
+    same(g, np.arange(4, dtype="<i2").reshape(2, 2))
+
+
+def test_structured_dtype(tmp_path):
+    a = np.zeros(3, dtype=[("x", "<f4"), ("y", ">i8")])
+    a["y"] = [1, 2, 3]
+    np.save(tmp_path / "s.npy", a)
+    (g,) = ferry.load_many([tmp_path / "s.npy"])
+    np.testing.assert_array_equal(g, a)
+
+
+def test_safetensors_dict_like_load(tmp_path, npy_files):
+    p = tmp_path / "w.safetensors"
+    want = {"b": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.ones(4, np.int64),
+            "empty": np.zeros((0, 3), np.float16), "flag": np.array([True, False])}
+    ferry.save(p, want, {"step": "3"})
+    paths, arrays = npy_files
+    got = ferry.load_many([paths[0], p, paths[1]])
+    same(got[0], arrays[0])
+    same(got[2], arrays[1])
+    assert list(got[1]) == sorted(want) == list(ferry.load(p))
+    for k in want:
+        same(got[1][k], want[k])
+
+
+def test_safetensors_bfloat16_goes_through_load(tmp_path):
+    p = tmp_path / "bf.safetensors"
+    ferry.save(p, {"w": np.ones(4, np.float32)})
+    text = p.read_bytes().replace(b'"F32"', b'"BF16"').replace(b"[0,16]", b"[0,8]")
+    n = int.from_bytes(text[:8], "little")
+    p.write_bytes(text[:8 + n] + text[8 + n:8 + n + 8])
+    (g,) = ferry.load_many([p])
+    want = ferry.load(p)
+    assert list(g) == ["w"]
+    assert np.asarray(g["w"], dtype=np.float32).tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert type(g["w"]) is type(want["w"])
+
+
+def test_raw_with_dtype_and_shape(tmp_path):
+    a = np.arange(10, dtype="<u2")
+    a.tofile(tmp_path / "r.bin")
+    (g,) = ferry.load_many([tmp_path / "r.bin"], dtype="<u2")
+    same(g, a)
+    (g,) = ferry.load_many([tmp_path / "r.bin"], dtype="<u2", shape=(2, 4))
+    same(g, a[:8].reshape(2, 4))
+    with pytest.raises(ferry.FormatError, match=r"paths\[0\] .*r\.bin: .*needs 40 bytes"):
+        ferry.load_many([tmp_path / "r.bin"], dtype="<u2", shape=(20,))
+    with pytest.raises(ferry.UsageError, match=r"paths\[0\] .*r\.bin: .*raw file: pass dtype="):
+        ferry.load_many([tmp_path / "r.bin"])
+
+
+def test_dtype_converts_npy_like_load(tmp_path):
+    np.save(tmp_path / "d.npy", np.arange(4, dtype=np.float64))
+    (g,) = ferry.load_many([tmp_path / "d.npy"], dtype="float32")
+    same(g, ferry.load(tmp_path / "d.npy", dtype="float32"))
+
+
+def test_empty_list():
+    assert ferry.load_many([]) == []
+    assert ferry.load_many([], errors="skip") == ([], [])
+    assert list(ferry.iter_load([])) == []
+
+
+def test_duplicates_are_independent(npy_files):
+    paths, arrays = npy_files
+    got = ferry.load_many([paths[6], paths[6], paths[2]])
+    same(got[0], arrays[6])
+    same(got[1], arrays[6])
+    got[0][...] = 0
+    same(got[1], arrays[6])
+
+
+def test_many_small_files(tmp_path):
+    paths, arrays = [], []
+    for i in range(1200):
+        a = sample(DTYPES[i % len(DTYPES)], (i % 37 + 1,), i)
+        p = tmp_path / ("m%04d.npy" % i)
+        np.save(p, a)
+        paths.append(p)
+        arrays.append(a)
+    got = ferry.load_many(paths)
+    for g, w in zip(got, arrays):
+        same(g, w)
+    for g, w in zip(ferry.iter_load(paths, prefetch=32), arrays):
+        same(g, w)
+
+
+def test_raise_names_file_and_index(tmp_path, npy_files):
+    paths, _ = npy_files
+    missing = str(tmp_path / "missing.npy")
+    with pytest.raises(FileNotFoundError) as e:
+        ferry.load_many([paths[0], paths[1], missing, paths[2]])
+    assert isinstance(e.value, ferry.FileError)
+    assert e.value.errno == errno.ENOENT
+    assert "paths[2]" in str(e.value) and missing in str(e.value)
+    assert e.value.index == 2 and e.value.filename == missing
+
+
+def test_raise_malformed(tmp_path, npy_files):
+    paths, _ = npy_files
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.ones(100, np.float32))
+    bad.write_bytes(bad.read_bytes()[:200])  # truncated in the payload
+    with pytest.raises(ferry.FormatError) as e:
+        ferry.load_many([paths[0], bad])
+    assert "paths[1]" in str(e.value) and str(bad) in str(e.value)
+    assert e.value.index == 1 and e.value.field == "shape"
+    st = tmp_path / "bad.safetensors"
+    st.write_bytes((10).to_bytes(8, "little") + b"{not json}")
+    with pytest.raises(ferry.FormatError, match=r"paths\[0\] .*bad\.safetensors: .*not JSON"):
+        ferry.load_many([st])
+
+
+def test_unreadable(tmp_path, npy_files):
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    paths, _ = npy_files
+    p = tmp_path / "locked.npy"
+    np.save(p, np.ones(3))
+    p.chmod(0)
+    with pytest.raises(PermissionError, match=r"paths\[1\]"):
+        ferry.load_many([paths[0], p])
+
+
+def test_skip_returns_others_and_failures(tmp_path, npy_files):
+    paths, arrays = npy_files
+    missing = str(tmp_path / "missing.npy")
+    got, failures = ferry.load_many([paths[0], missing, paths[3], str(tmp_path)], errors="skip")
+    same(got[0], arrays[0])
+    same(got[2], arrays[3])
+    assert got[1] is None and got[3] is None
+    assert [(f.index, f.path) for f in failures] == [(1, missing), (3, str(tmp_path))]
+    assert isinstance(failures[0].error, FileNotFoundError)
+    assert "paths[3]" in str(failures[1].error)
+    got, failures = ferry.load_many(paths[:2], errors="skip")
+    assert failures == [] and len(got) == 2
+
+
+def test_bad_arguments(npy_files):
+    paths, _ = npy_files
+    with pytest.raises(ferry.UsageError, match="errors="):
+        ferry.load_many(paths, errors="ignore")
+    with pytest.raises(ferry.UsageError, match="list of paths"):
+        ferry.load_many(paths[0])
+    with pytest.raises(ferry.UsageError, match=r"paths\[1\] is int"):
+        ferry.load_many([paths[0], 3])
+    with pytest.raises(ferry.UsageError, match="prefetch"):
+        next(ferry.iter_load(paths, prefetch=0))
+
+
+def test_iter_load_in_order_and_errors(tmp_path, npy_files):
+    paths, arrays = npy_files
+    for g, w in zip(ferry.iter_load(paths, prefetch=3), arrays):
+        same(g, w)
+    missing = str(tmp_path / "missing.npy")
+    it = ferry.iter_load([paths[0], missing, paths[1]])
+    same(next(it), arrays[0])
+    with pytest.raises(FileNotFoundError, match=r"paths\[1\]"):
+        next(it)
+    got = list(ferry.iter_load([paths[0], missing, paths[1]], errors="skip"))
+    same(got[0], arrays[0])
+    same(got[2], arrays[1])
+    assert isinstance(got[1], ferry.LoadFailure) and got[1].index == 1
+
+
+def test_device_cuda_loops_through_load(gpu, npy_files):
+    from ferry._convert import host_to_numpy
+
+    paths, arrays = npy_files
+    got = ferry.load_many(paths[:4], device="cuda", like="ferry")
+    for g, w in zip(got, arrays[:4]):
+        assert g.device.startswith("cuda")
+        np.testing.assert_array_equal(host_to_numpy(g.to_device("cpu")), w)
+    it = ferry.iter_load(paths[:4], device="cuda", like="ferry")
+    for g, w in zip(it, arrays[:4]):
+        np.testing.assert_array_equal(host_to_numpy(g.to_device("cpu")), w)
