@@ -54,6 +54,23 @@ private:
     std::vector<std::string> incomplete_;
 };
 
+/// A checkpoint that changed while it was opened or loaded: a shard of another generation than
+/// its index (`ferry.generation` in the metadata of both), an index, or a shard, replaced,
+/// rewritten or removed since it was read (device, inode, size and modification time; a remote
+/// object's size and ETag). No mix of two generations is returned: opening and loading again
+/// sees the checkpoint as it is then, so the error is worth a retry. file() names the shard or
+/// index (a URL redacted), reason() what changed.
+class FERRY_EXPORT checkpoint_changed_error : public error {
+public:
+    checkpoint_changed_error(std::string file, std::string reason);
+    const std::string& file() const noexcept { return file_; }
+    const std::string& reason() const noexcept { return reason_; }
+
+private:
+    std::string file_;
+    std::string reason_;
+};
+
 /// One tensor of a checkpoint: where its bytes are.
 struct checkpoint_tensor {
     std::string name;
@@ -67,7 +84,7 @@ struct checkpoint_tensor {
 struct checkpoint_shard {
     std::string path;             ///< a local path or a URL (as opened: show it redacted)
     std::uint64_t file_size = 0;
-    std::string version;          ///< a remote object's ETag (or Last-Modified) when its header was read; "" for local files
+    std::string version;          ///< file::version() when its header was read: a remote object's ETag, a local file's identity
     safetensors_info header;
 };
 

@@ -34,6 +34,7 @@ from ._api import doctor, fromfile, info, load, load_checkpoint, reset_stats, sa
 from ._errors import (
     CheckpointError,
     CheckpointIOError,
+    CheckpointChangedError,
     ChunkError,
     CudaError,
     RemoteError,
@@ -129,6 +130,7 @@ __all__ = [
     "Array",
     "CheckpointError",
     "CheckpointIOError",
+    "CheckpointChangedError",
     "CheckpointTensors",
     "ChunkError",
     "GroupLoadError",
