@@ -109,8 +109,10 @@ struct FERRY_EXPORT checkpoint {
 /// model.safetensors. Globs are local only. Reads every shard header in parallel and checks the
 /// index against them. Throws checkpoint_error (a shard the index names is missing, a tensor in
 /// two shards or in none, index and header disagreeing), format_error (invalid header:
-/// overlapping or out-of-file ranges, ...), system_error, remote_error (HTTP status, URL
-/// redacted, the credentials used). Messages show URLs with their credentials redacted.
+/// overlapping or out-of-file ranges, ...), checkpoint_changed_error (a shard of another
+/// generation than the index; an index without a generation replaced while its shards were
+/// read), system_error, remote_error (HTTP status, URL redacted, the credentials used).
+/// Messages show URLs with their credentials redacted.
 FERRY_EXPORT checkpoint open_checkpoint(const std::string& source);
 /// The same for an explicit list of safetensors files.
 FERRY_EXPORT checkpoint open_checkpoint(const std::vector<std::string>& files);
@@ -245,11 +247,14 @@ struct checkpoint_load {
 };
 
 /// Loads per plan_checkpoint. Fresh tensors of one placement share one allocation (see the
-/// ownership note in safetensors.hpp). Remote shards whose size or version (ETag) changed
-/// since open_checkpoint are refused with checkpoint_error before any byte moves. Reads of all shards are one batch; sliced tensors that
-/// need a gather or conversion go through temporaries held under the memory budget, waiting
-/// (not failing) while other loads hold it. Throws what plan_checkpoint throws (before any
-/// byte lands in `into`), checkpoint_io_error for an I/O error mid-load.
+/// ownership note in safetensors.hpp). Shards removed, or whose version (a local file's
+/// device, inode, size and modification time; a remote object's size and ETag) changed since
+/// open_checkpoint, are refused with checkpoint_changed_error before any byte moves, and
+/// local ones checked again after their bytes were read. Reads of all shards are one batch;
+/// sliced tensors that need a gather or conversion go through temporaries held under the
+/// memory budget, waiting (not failing) while other loads hold it. Throws what
+/// plan_checkpoint throws (before any byte lands in `into`), checkpoint_io_error for an I/O
+/// error mid-load.
 FERRY_EXPORT checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& options = {});
 
 /// The process-wide cap on temporary memory (host temporaries and device temporaries) held by
@@ -262,14 +267,16 @@ FERRY_EXPORT std::uint64_t checkpoint_memory_peak() noexcept;
 
 /// Writes `tensors` as a Hugging Face checkpoint in `folder` (created if missing; an
 /// "s3://bucket/prefix/" writes objects under that prefix, each shard by multipart upload, whole
-/// or not at all, and deletes an older index first): one
-/// model.safetensors when they fit in `max_shard_size` bytes, else shards
+/// or not at all): one model.safetensors when they fit in `max_shard_size` bytes, else shards
 /// model-0000K-of-0000N.safetensors (tensors in the given order, a new shard when the next
-/// would pass the size; a larger tensor alone) and model.safetensors.index.json
-/// ({"metadata": {"total_size": N, ...metadata}, "weight_map": {...}}). Shards carry
-/// `metadata` plus "format": "pt" unless given. Every file is written atomically; an older
-/// index is removed first and the new one written last, so the folder holds a valid
-/// checkpoint or no index at every moment. Returns the files written, index last.
+/// would pass the size; a larger tensor alone; named model-GGGGGGGGGGGG-0000K-of-0000N where
+/// the previous generation holds the name) and model.safetensors.index.json
+/// ({"metadata": {"total_size": N, "ferry.generation": G, ...metadata}, "weight_map": {...}}).
+/// Shards carry `metadata`, "ferry.generation" and "format": "pt" unless given. One save is one
+/// generation (a random 128-bit id, G): every file is written atomically beside the previous
+/// generation's, the index replaced last by a rename, and the previous generation's shards
+/// removed after it; a save that fails removes what it wrote and leaves the previous
+/// generation loadable. Returns the files written, index last.
 FERRY_EXPORT std::vector<std::string> save_checkpoint(const std::string& folder,
                                          const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size = 5'000'000'000ull,
