@@ -54,6 +54,23 @@ private:
     std::vector<std::string> incomplete_;
 };
 
+/// A checkpoint that changed while it was opened or loaded: a shard of another generation than
+/// its index (`ferry.generation` in the metadata of both), an index, or a shard, replaced,
+/// rewritten or removed since it was read (device, inode, size and modification time; a remote
+/// object's size and ETag). No mix of two generations is returned: opening and loading again
+/// sees the checkpoint as it is then, so the error is worth a retry. file() names the shard or
+/// index (a URL redacted), reason() what changed.
+class FERRY_EXPORT checkpoint_changed_error : public error {
+public:
+    checkpoint_changed_error(std::string file, std::string reason);
+    const std::string& file() const noexcept { return file_; }
+    const std::string& reason() const noexcept { return reason_; }
+
+private:
+    std::string file_;
+    std::string reason_;
+};
+
 /// One tensor of a checkpoint: where its bytes are.
 struct checkpoint_tensor {
     std::string name;
@@ -67,7 +84,7 @@ struct checkpoint_tensor {
 struct checkpoint_shard {
     std::string path;             ///< a local path or a URL (as opened: show it redacted)
     std::uint64_t file_size = 0;
-    std::string version;          ///< a remote object's ETag (or Last-Modified) when its header was read; "" for local files
+    std::string version;          ///< file::version() when its header was read: a remote object's ETag, a local file's identity
     safetensors_info header;
 };
 
@@ -92,8 +109,10 @@ struct FERRY_EXPORT checkpoint {
 /// model.safetensors. Globs are local only. Reads every shard header in parallel and checks the
 /// index against them. Throws checkpoint_error (a shard the index names is missing, a tensor in
 /// two shards or in none, index and header disagreeing), format_error (invalid header:
-/// overlapping or out-of-file ranges, ...), system_error, remote_error (HTTP status, URL
-/// redacted, the credentials used). Messages show URLs with their credentials redacted.
+/// overlapping or out-of-file ranges, ...), checkpoint_changed_error (a shard of another
+/// generation than the index; an index without a generation replaced while its shards were
+/// read), system_error, remote_error (HTTP status, URL redacted, the credentials used).
+/// Messages show URLs with their credentials redacted.
 FERRY_EXPORT checkpoint open_checkpoint(const std::string& source);
 /// The same for an explicit list of safetensors files.
 FERRY_EXPORT checkpoint open_checkpoint(const std::vector<std::string>& files);
@@ -228,11 +247,14 @@ struct checkpoint_load {
 };
 
 /// Loads per plan_checkpoint. Fresh tensors of one placement share one allocation (see the
-/// ownership note in safetensors.hpp). Remote shards whose size or version (ETag) changed
-/// since open_checkpoint are refused with checkpoint_error before any byte moves. Reads of all shards are one batch; sliced tensors that
-/// need a gather or conversion go through temporaries held under the memory budget, waiting
-/// (not failing) while other loads hold it. Throws what plan_checkpoint throws (before any
-/// byte lands in `into`), checkpoint_io_error for an I/O error mid-load.
+/// ownership note in safetensors.hpp). Shards removed, or whose version (a local file's
+/// device, inode, size and modification time; a remote object's size and ETag) changed since
+/// open_checkpoint, are refused with checkpoint_changed_error before any byte moves, and
+/// local ones checked again after their bytes were read. Reads of all shards are one batch;
+/// sliced tensors that need a gather or conversion go through temporaries held under the
+/// memory budget, waiting (not failing) while other loads hold it. Throws what
+/// plan_checkpoint throws (before any byte lands in `into`), checkpoint_io_error for an I/O
+/// error mid-load.
 FERRY_EXPORT checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& options = {});
 
 /// The process-wide cap on temporary memory (host temporaries and device temporaries) held by
@@ -245,14 +267,16 @@ FERRY_EXPORT std::uint64_t checkpoint_memory_peak() noexcept;
 
 /// Writes `tensors` as a Hugging Face checkpoint in `folder` (created if missing; an
 /// "s3://bucket/prefix/" writes objects under that prefix, each shard by multipart upload, whole
-/// or not at all, and deletes an older index first): one
-/// model.safetensors when they fit in `max_shard_size` bytes, else shards
+/// or not at all): one model.safetensors when they fit in `max_shard_size` bytes, else shards
 /// model-0000K-of-0000N.safetensors (tensors in the given order, a new shard when the next
-/// would pass the size; a larger tensor alone) and model.safetensors.index.json
-/// ({"metadata": {"total_size": N, ...metadata}, "weight_map": {...}}). Shards carry
-/// `metadata` plus "format": "pt" unless given. Every file is written atomically; an older
-/// index is removed first and the new one written last, so the folder holds a valid
-/// checkpoint or no index at every moment. Returns the files written, index last.
+/// would pass the size; a larger tensor alone; named model-GGGGGGGGGGGG-0000K-of-0000N where
+/// the previous generation holds the name) and model.safetensors.index.json
+/// ({"metadata": {"total_size": N, "ferry.generation": G, ...metadata}, "weight_map": {...}}).
+/// Shards carry `metadata`, "ferry.generation" and "format": "pt" unless given. One save is one
+/// generation (a random 128-bit id, G): every file is written atomically beside the previous
+/// generation's, the index replaced last by a rename, and the previous generation's shards
+/// removed after it; a save that fails removes what it wrote and leaves the previous
+/// generation loadable. Returns the files written, index last.
 FERRY_EXPORT std::vector<std::string> save_checkpoint(const std::string& folder,
                                          const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size = 5'000'000'000ull,

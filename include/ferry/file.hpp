@@ -87,9 +87,10 @@ public:
     const std::string& path() const noexcept;
     /// Current size in bytes (fstat).
     std::uint64_t size() const;
-    /// What identifies these bytes beyond their size, fixed at open: a remote object's ETag (or
-    /// Last-Modified), as "ETag \"...\""; "" for local files. Two opens that give different
-    /// versions saw different objects.
+    /// What identifies these bytes beyond their size: a remote object's ETag (or Last-Modified),
+    /// as "ETag \"...\"", fixed at open; a local file's device, inode, size and modification
+    /// time as of the call (fstat), as "inode D:I size N mtime S.NS". Two calls that give
+    /// different versions saw different objects or contents.
     std::string version() const;
     const settings& config() const noexcept;
 

@@ -35,6 +35,7 @@ from ._many import LoadFailure, iter_load, load_many
 from ._errors import (
     CheckpointError,
     CheckpointIOError,
+    CheckpointChangedError,
     ChunkError,
     CudaError,
     RemoteError,
@@ -130,6 +131,7 @@ __all__ = [
     "Array",
     "CheckpointError",
     "CheckpointIOError",
+    "CheckpointChangedError",
     "CheckpointTensors",
     "ChunkError",
     "GroupLoadError",

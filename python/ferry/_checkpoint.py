@@ -373,8 +373,11 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
     Face checkpoint in ``folder`` (or under an ``s3://bucket/prefix/``): model.safetensors, or
     shards of at most ``max_shard_size`` (an int or "5GB", "500MiB") plus
     model.safetensors.index.json. Every file is atomic (an S3 object is one multipart upload,
-    whole or not at all); an older index is removed first and the new one written last.
-    Returns the paths written."""
+    whole or not at all). One save is one generation: its id (``ferry.generation``) goes into
+    every shard's metadata and the index's, new shards are written beside the old ones (under
+    other names where a name is taken), the index is replaced last by a rename, and only then
+    are the old shards removed; a save that fails removes what it wrote and leaves the previous
+    generation loadable. Returns the paths written."""
     p = fspath(folder)
     if p is None:
         raise UsageError("save_checkpoint takes a folder path")

@@ -42,6 +42,7 @@ __all__ = [
     "RemoteError",
     "CheckpointError",
     "CheckpointIOError",
+    "CheckpointChangedError",
 ]
 
 
@@ -92,6 +93,15 @@ class CheckpointIOError(Error, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "checkpoint I/O error"
+
+
+class CheckpointChangedError(Error):
+    """The checkpoint changed while it was opened or loaded (a save published another
+    generation, or a shard or the index was replaced, rewritten or removed): ``filename`` names
+    the shard or index, ``reason`` what changed. No mix of two generations is ever returned;
+    loading again sees the checkpoint as it is then, so the error is worth a retry."""
+
+    reason: str | None = None
 
 
 class FileError(Error, OSError):
@@ -197,6 +207,7 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
         "format": FormatError,
         "checkpoint": CheckpointError,
         "checkpoint_io": CheckpointIOError,
+        "checkpoint_changed": CheckpointChangedError,
         "settings": SettingsError,
         "usage": UsageError,
         "cuda": CudaError,
@@ -208,6 +219,7 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
 
 
 for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
-             EndOfFileError, CuFileError, CudaError, RemoteError, CheckpointError, CheckpointIOError):
+             EndOfFileError, CuFileError, CudaError, RemoteError, CheckpointError, CheckpointIOError,
+             CheckpointChangedError):
     _cls.__module__ = "ferry"
 del _cls

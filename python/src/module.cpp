@@ -71,6 +71,11 @@ void translate(const std::exception_ptr& p, void*) {
         d["reason"] = e.reason();
         d["tensor"] = e.tensor();
         raise_python("checkpoint", e.what(), d);
+    } catch (const checkpoint_changed_error& e) {
+        nb::dict d;
+        d["filename"] = path_text(e.file());
+        d["reason"] = e.reason();
+        raise_python("checkpoint_changed", e.what(), d);
     } catch (const checkpoint_io_error& e) {
         nb::dict d;
         d["complete"] = nb::cast(e.complete());

@@ -360,17 +360,19 @@ def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
     assert [os.path.basename(p) for p in one] == ["model.safetensors"]
 
 
-def test_failed_save_leaves_no_index(tmp_path):
+def test_failed_save_leaves_the_previous_generation(tmp_path):
     folder = str(tmp_path / "out")
     sd = _state(2)
     ferry.save_checkpoint(folder, sd, max_shard_size=40_000)
+    before = sorted(os.listdir(folder))
     bad = dict(sd)
     bad["zz_complex"] = np.zeros(4, np.complex128)  # safetensors cannot store it: fails late
     with pytest.raises(ferry.UsageError):
         ferry.save_checkpoint(folder, bad, max_shard_size=40_000)
-    # The older index went first: no index names a mix of old and new shards.
-    assert not os.path.exists(os.path.join(folder, "model.safetensors.index.json"))
-    assert not [f for f in os.listdir(folder) if not f.endswith(".safetensors")]
+    # The older index stays until a new one replaces it; the failed save's shards are gone.
+    assert sorted(os.listdir(folder)) == before
+    got = ferry.load_checkpoint(folder)
+    assert all(got[k].tobytes() == v.tobytes() for k, v in sd.items())
 
 
 _TORCH_MODULE_INTO = r"""

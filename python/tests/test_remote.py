@@ -294,13 +294,15 @@ def test_save_checkpoint_to_s3(s3, tmp_path):
     _same(reference(str(tmp_path)), sd)
     _same(ferry.load_checkpoint("s3://ckpt/saved/"), sd)
     assert client.list_multipart_uploads(Bucket="ckpt").get("Uploads", []) == []
-    # A save that fails part way: the older index is gone first and nothing half-written shows.
+    # A save that fails part way: the previous generation stays whole and loadable, and
+    # nothing of the failed save is left.
     bad = dict(sd)
     bad["zz.complex"] = np.zeros(4, np.complex128)  # safetensors cannot store it
     with pytest.raises(ferry.UsageError):
         ferry.save_checkpoint("s3://ckpt/saved/", bad, max_shard_size="40KB")
     left = [o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="saved/")["Contents"]]
-    assert "saved/model.safetensors.index.json" not in left
+    assert sorted(left) == keys
+    _same(ferry.load_checkpoint("s3://ckpt/saved/"), sd)
     assert client.list_multipart_uploads(Bucket="ckpt").get("Uploads", []) == []
     with pytest.raises(ferry.UsageError):
         ferry.save_checkpoint("https://example.invalid/ckpt/", sd)

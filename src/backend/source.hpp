@@ -90,7 +90,8 @@ public:
     /// throws, or what the sink threw.
     virtual void read_stream(std::size_t n, std::uint64_t offset, byte_sink& sink, const io_context& where);
     /// What identifies the current bytes of the source beyond its size: a remote object's ETag
-    /// (or Last-Modified), fixed at open; "" when the source has none (local files).
+    /// (or Last-Modified), fixed at open; a local file's device, inode, size and modification
+    /// time as of the call; "" when the source has none.
     virtual std::string version() const { return {}; }
 
     /// Writes exactly n bytes from host memory `src` at `offset`. Needs traits().writable.

@@ -10,6 +10,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,6 +42,12 @@ checkpoint_error::checkpoint_error(std::string file, std::string tensor, std::st
     : format_error(checkpoints::shown(file), tensor.empty() ? std::string("checkpoint") : "tensor '" + tensor + "'",
                    std::move(reason)),
       tensor_(std::move(tensor)) {}
+
+checkpoint_changed_error::checkpoint_changed_error(std::string file, std::string reason)
+    : error(checkpoints::shown(file) + ": the checkpoint changed while it was read (" + reason +
+            "); open and load it again"),
+      file_(checkpoints::shown(file)),
+      reason_(std::move(reason)) {}
 
 checkpoint_io_error::checkpoint_io_error(std::string what, std::vector<std::string> complete,
                                          std::vector<std::string> incomplete)
@@ -147,21 +154,51 @@ void collect_tensors(checkpoint& c) {
                                    "is also in shard " + shown(c.shards[c.tensors[i - 1].shard].path));
 }
 
-std::string read_index_text(const std::string& index_path) {
-    if (!is_url(index_path)) {
-        std::ifstream in(index_path, std::ios::binary);
-        if (!in) throw system_error(errno, "open", {index_path, 0, 0});
-        std::stringstream ss;
-        ss << in.rdbuf();
-        return ss.str();
-    }
+struct index_text {
+    std::string text;
+    std::string version;  ///< file::version() of what was read: a local index's identity
+};
+
+index_text read_index_text(const std::string& index_path) {
     file f(index_path, open_mode::read);
     std::uint64_t n = f.size();
     if (n > max_index_size)
         throw format_error(shown(index_path), "index", "larger than 256 MiB (" + std::to_string(n) + " bytes)");
-    std::string text(n, '\0');
-    if (n) f.read(text.data(), n, 0);
-    return text;
+    index_text out;
+    out.version = f.version();
+    out.text.assign(n, '\0');
+    if (n) f.read(out.text.data(), n, 0);
+    // Replaced by a save while it was read: the bytes read are still the older file's whole
+    // (an open descriptor keeps it); rewritten in place, they may be neither.
+    if (!is_url(index_path) && f.version() != out.version)
+        throw checkpoint_changed_error(index_path, "the index was rewritten while it was read");
+    return out;
+}
+
+// The version of a local index now, or why there is none.
+std::string local_version_now(const std::string& index_path) {
+    try {
+        return file(index_path, open_mode::read).version();
+    } catch (const system_error& e) {
+        return std::string("none (") + std::strerror(e.code()) + ")";
+    }
+}
+
+// The generation a save wrote into the index and every shard's header (save.cpp): a shard of
+// another generation than its index is a load that would mix two saves.
+constexpr const char* generation_key = "ferry.generation";
+
+void check_generation(const checkpoint& c) {
+    auto want = c.metadata.find(generation_key);
+    if (want == c.metadata.end()) return;
+    for (const auto& sh : c.shards) {
+        auto got = sh.header.metadata.find(generation_key);
+        if (got == sh.header.metadata.end() || got->second != want->second)
+            throw checkpoint_changed_error(
+                sh.path, "the shard is of generation " +
+                             (got == sh.header.metadata.end() ? std::string("none") : got->second) + ", its index " +
+                             shown(c.index_path) + " of " + want->second);
+    }
 }
 
 // Where an index's shard names point: beside the index (a local folder, or the URL the index
@@ -206,6 +243,9 @@ private:
     std::string base_, query_;
 };
 
+checkpoint index_checkpoint(const std::string& index_path, const std::string& source, const shard_namer& place,
+                            checkpoints::index_json parsed, started_headers& early);
+
 checkpoint open_index(const std::string& index_path, const std::string& source) {
     const std::string shown_index = shown(index_path);
     const shard_namer place(index_path);
@@ -225,8 +265,38 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
         } catch (const std::system_error&) {  // no thread to spare: read_headers reads it below
         }
     };
-    checkpoints::index_json parsed =
-        checkpoints::parse_index_json(read_index_text(index_path), index_path, shown_index, on_file);
+    const index_text read = read_index_text(index_path);
+    checkpoints::index_json parsed = checkpoints::parse_index_json(read.text, index_path, shown_index, on_file);
+    const bool local = !is_url(index_path);
+    const bool has_generation = parsed.metadata.count(generation_key) > 0;
+    // A shard missing or disagreeing with the index, because a save replaced the index after
+    // it was read: the checkpoint changed, not a broken one.
+    auto index_replaced = [&]() -> std::string {
+        if (!local || read.version.empty()) return {};
+        std::string now = local_version_now(index_path);
+        return now == read.version ? std::string() : read.version + " became " + now;
+    };
+    try {
+        checkpoint c = index_checkpoint(index_path, source, place, std::move(parsed), early);
+        // Without a generation, only the index's identity tells that the shards read may be of
+        // two saves (another tool's, writing over the same names).
+        if (!has_generation)
+            if (std::string how = index_replaced(); !how.empty())
+                throw checkpoint_changed_error(index_path, "the index was replaced while its shards were read: " + how);
+        return c;
+    } catch (const checkpoint_changed_error&) {
+        throw;
+    } catch (const error&) {
+        if (std::string how = index_replaced(); !how.empty())
+            throw checkpoint_changed_error(index_path, "the index was replaced while its shards were read: " + how);
+        throw;
+    }
+}
+
+// The checkpoint an index describes: its shards' headers read and checked against it.
+checkpoint index_checkpoint(const std::string& index_path, const std::string& source, const shard_namer& place,
+                            checkpoints::index_json parsed, started_headers& early) {
+    const std::string shown_index = shown(index_path);
 
     checkpoint c;
     c.source = source;
@@ -257,6 +327,7 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
                                            ", which does not exist (HTTP 404)");
         throw;
     }
+    check_generation(c);  // before the checks below, which a mix of two saves would fail
     collect_tensors(c);
 
     // The index and the headers must agree on every tensor's shard. The shards were read in

@@ -494,6 +494,8 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         if (errs[0])
             for (std::size_t t : direct.tensors[b]) done.fail(t, errs[0]);
     }
+    // A shard rewritten while it was read explains a short read too: that error comes first.
+    reader.check_unchanged(c.shards);
     if (done.first_error) done.throw_first_error(c.source, plans);
     if (caller_error) std::rethrow_exception(caller_error);
 

@@ -5,6 +5,7 @@
 #include "checkpoint/side_by_side.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <future>
 #include <memory>
 
@@ -24,20 +25,24 @@ range_reader::range_reader(const std::vector<checkpoint_shard>& shards, placemen
     files_.resize(shards.size());
     auto open_one = [&](std::size_t i) {
         const checkpoint_shard& sh = shards[i];
-        auto f = std::make_shared<detail::file_impl>(sh.path, open_mode::read, settings::global());
+        std::shared_ptr<detail::file_impl> f;
+        try {
+            f = std::make_shared<detail::file_impl>(sh.path, open_mode::read, settings::global());
+        } catch (const system_error& e) {
+            // A newer save removes the shards its index no longer names once that index is out.
+            if (e.code() == ENOENT) throw checkpoint_changed_error(sh.path, "the shard was removed since its header was read");
+            throw;
+        }
         // The plan was made from the headers open_checkpoint read: bytes of another object
         // under the same name would land as if they were the tensors it described. A remote
-        // shard is a new request for an object that may have been replaced; a local file that
-        // shrank shows as an I/O error of the reads it cuts short (checkpoint_io_error).
-        if (detail::location(sh.path).is_url()) {
-            if (f->size() != sh.file_size)
-                throw checkpoint_error(sh.path, "", "changed since the checkpoint was opened (size " +
-                                                        std::to_string(sh.file_size) + " became " +
-                                                        std::to_string(f->size()) + ")");
-            if (std::string v = f->version(); !sh.version.empty() && v != sh.version)
-                throw checkpoint_error(sh.path, "", "changed since the checkpoint was opened (" + sh.version +
-                                                        " became " + (v.empty() ? "none" : v) + ")");
-        }
+        // shard is a new request for an object that may have been replaced; a local one a new
+        // open of a name that a save may have given to a newer file.
+        if (f->size() != sh.file_size)
+            throw checkpoint_changed_error(sh.path, "size " + std::to_string(sh.file_size) + " became " +
+                                                        std::to_string(f->size()) + " since its header was read");
+        if (std::string v = f->version(); !sh.version.empty() && v != sh.version)
+            throw checkpoint_changed_error(sh.path, sh.version + " became " + (v.empty() ? "none" : v) +
+                                                        " since its header was read");
         files_[i] = std::move(f);
     };
     // Opening a local file costs microseconds; a remote one is a round trip (a HEAD): those go
@@ -57,6 +62,16 @@ range_reader::~range_reader() {
             if (f) f->close();
         } catch (...) {  // a destructor never throws; the loads already reported their errors
         }
+    }
+}
+
+void range_reader::check_unchanged(const std::vector<checkpoint_shard>& shards) const {
+    for (std::size_t i = 0; i < shards.size() && i < files_.size(); ++i) {
+        const checkpoint_shard& sh = shards[i];
+        if (!files_[i] || sh.version.empty()) continue;
+        if (std::string v = files_[i]->version(); v != sh.version)
+            throw checkpoint_changed_error(sh.path, sh.version + " became " + (v.empty() ? "none" : v) +
+                                                        " while its bytes were read");
     }
 }
 

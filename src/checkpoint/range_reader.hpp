@@ -59,8 +59,8 @@ private:
 class range_reader {
 public:
     /// Opens the shards (remote ones side by side: each open is a round trip). Throws
-    /// checkpoint_error when a remote shard's size or version is no longer what
-    /// open_checkpoint saw.
+    /// checkpoint_changed_error when a shard is gone, or its size or version (a local file's
+    /// identity, a remote object's ETag) is no longer what open_checkpoint saw.
     /// Into GPU memory (`where` on a GPU), each shard's plain ranges go where the planner sends
     /// a large read of it into GPU memory: asked once per shard, at its first request (the
     /// residency probe), so that a shard mostly out of the page cache, or remote, is read by the
@@ -75,6 +75,9 @@ public:
     /// (io/scheduler.hpp: into GPU memory, through the stream lanes); its wait() reports one
     /// request.
     range_batch submit(const std::vector<gather_request>& gathers);
+    /// After the reads: throws checkpoint_changed_error when a shard's version is no longer
+    /// what open_checkpoint saw (a local file rewritten in place while it was read).
+    void check_unchanged(const std::vector<checkpoint_shard>& shards) const;
     std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
     /// File reads issued (a request of row segments counts its rows).
     std::size_t requests() const noexcept { return count_.load(); }

@@ -1,23 +1,64 @@
-// Saving a checkpoint in the Hugging Face layout. Order of operations is what keeps the folder
-// valid at every moment: an older index goes first (the folder then holds no checkpoint, or
-// the older single file), each shard is replaced atomically, and the new index comes last.
-// Under a prefix of an object store (s3://) the same order holds with objects: the older index
-// removed (the registry's remove operation: DeleteObject), one object published whole per shard
-// (a multipart upload: it appears whole when it completes, or not at all), and the index
-// uploaded last.
+// Saving a checkpoint in the Hugging Face layout, one generation at a time. A save draws a
+// generation id and writes it into every shard's __metadata__ and the index's metadata
+// ("ferry.generation"), so that a reader can tell a shard of another save from its own
+// (checkpoint.cpp). The order of operations keeps the previous generation loadable at every
+// moment: the new shards are written beside the old ones (under other names where a name is
+// taken, each file through a temporary and a rename), the index is replaced last by a rename
+// (never removed first), and only then are the old shards that the new index does not name
+// removed. A save that fails (a full disk, an I/O error) removes what it wrote and leaves the
+// previous generation as it was. Under a prefix of an object store (s3://) the same order
+// holds with objects: one object published whole per shard (a multipart upload: it appears
+// whole when it completes, or not at all), the index uploaded over the old one, and the old
+// shards removed (the registry's remove operation: DeleteObject) after it.
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.hpp"
+#include "checkpoint/index_json.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
+#include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
 #include "formats/atomic_write.hpp"
 
 namespace ferry {
+
+namespace {
+
+constexpr const char* saved_index_name = "model.safetensors.index.json";
+
+// 128 random bits as 32 hex digits: two saves never share one.
+std::string new_generation() {
+    std::random_device rd;
+    std::string out;
+    for (int i = 0; i < 4; ++i) {
+        char part[9];
+        std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(rd()));
+        out += part;
+    }
+    return out;
+}
+
+// The shard names of the index at `index` (the generation this save replaces); none when there
+// is no index or it cannot be read: its shards are then left alone.
+std::set<std::string> shards_of(const std::string& index) {
+    try {
+        file f(index, open_mode::read);
+        std::string text(f.size(), '\0');
+        if (!text.empty()) f.read(text.data(), text.size(), 0);
+        std::set<std::string> out;
+        for (auto& [tensor, name] : checkpoints::parse_index_json(text, index, index).weight_map) out.insert(name);
+        return out;
+    } catch (const error&) {
+        return {};
+    }
+}
+
+}  // namespace
 
 std::vector<std::string> save_checkpoint(const std::string& folder, const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size,
@@ -59,46 +100,84 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
     }
     if (shards.empty()) shards.emplace_back();
 
+    const std::string generation = new_generation();
     std::map<std::string, std::string> shard_meta = metadata;
     shard_meta.emplace("format", "pt");
-    const std::string index = under("model.safetensors.index.json");
-    if (remote) store.operations.remove(detail::location(index), settings::global());
-    else if (fs::exists(index, ec) && !fs::remove(index, ec) && ec)
-        throw system_error(ec.value(), "remove", {index, 0, 0});
-
-    std::vector<std::string> written;
-    if (shards.size() == 1) {
-        std::string p = under("model.safetensors");
-        save_safetensors(p, shards[0], shard_meta);
-        written.push_back(p);
-        return written;
-    }
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    // Appended, not looked up (names are unique, checked above): an ordered object finds a key
-    // by walking its entries, quadratic in the tensors of a checkpoint.
-    auto& map_entries = weight_map.get_ref<nlohmann::ordered_json::object_t&>();
-    std::uint64_t total = 0;
-    for (std::size_t k = 0; k < shards.size(); ++k) {
-        char name[64];
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-        std::string p = under(name);
-        save_safetensors(p, shards[k], shard_meta);
-        written.push_back(p);
-        for (const auto& t : shards[k]) {
-            map_entries.emplace_back(t.name, name);
-            total += t.value.nbytes();
+    shard_meta["ferry.generation"] = generation;
+    const std::string index = under(saved_index_name);
+    const std::set<std::string> old_shards = shards_of(index);
+    auto remove_quietly = [&](const std::string& path) noexcept {
+        try {
+            if (remote) store.operations.remove(detail::location(path), settings::global());
+            else fs::remove(path, ec);
+        } catch (...) {  // what is left is named by no index: never loaded, only space
         }
+    };
+
+    std::vector<std::string> written;  // what this save created, removed again if it fails
+    std::set<std::string> new_shards;
+    try {
+        if (shards.size() == 1) {
+            // One file is the whole checkpoint: replaced by a rename, it is never a mix.
+            std::string p = under("model.safetensors");
+            save_safetensors(p, shards[0], shard_meta);
+            new_shards.insert("model.safetensors");
+            written.push_back(p);
+        } else {
+            nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+            // Appended, not looked up (names are unique, checked above): an ordered object finds
+            // a key by walking its entries, quadratic in the tensors of a checkpoint.
+            auto& map_entries = weight_map.get_ref<nlohmann::ordered_json::object_t&>();
+            std::uint64_t total = 0;
+            for (std::size_t k = 0; k < shards.size(); ++k) {
+                char plain[64];
+                std::snprintf(plain, sizeof plain, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+                std::string name = plain;
+                // A name the previous generation (or anything else) holds is left to it: a
+                // reader of that generation must not find this one's bytes under it.
+                if (old_shards.count(name) || (!remote && fs::exists(under(name), ec))) {
+                    char tagged[96];
+                    std::snprintf(tagged, sizeof tagged, "model-%.12s-%05zu-of-%05zu.safetensors",
+                                  generation.c_str(), k + 1, shards.size());
+                    name = tagged;
+                }
+                std::string p = under(name);
+                save_safetensors(p, shards[k], shard_meta);
+                written.push_back(p);
+                new_shards.insert(name);
+                for (const auto& t : shards[k]) {
+                    map_entries.emplace_back(t.name, name);
+                    total += t.value.nbytes();
+                }
+            }
+            nlohmann::ordered_json j;
+            j["metadata"] = nlohmann::ordered_json::object();
+            for (const auto& [k, v] : metadata) j["metadata"][k] = v;
+            j["metadata"]["total_size"] = total;
+            j["metadata"]["ferry.generation"] = generation;
+            j["weight_map"] = weight_map;
+            std::string text = j.dump(2) + "\n";
+            // The publication: a rename over the old index (an upload over the old object).
+            formats::atomic_write w(index);
+            w.file().write(text.data(), text.size(), 0);
+            w.commit();
+        }
+    } catch (...) {
+        for (const auto& p : written) remove_quietly(p);
+        throw;
     }
-    nlohmann::ordered_json j;
-    j["metadata"] = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : metadata) j["metadata"][k] = v;
-    j["metadata"]["total_size"] = total;
-    j["weight_map"] = weight_map;
-    std::string text = j.dump(2) + "\n";
-    formats::atomic_write w(index);
-    w.file().write(text.data(), text.size(), 0);
-    w.commit();
-    written.push_back(index);
+    if (shards.size() == 1) {
+        // The folder's index would still win over model.safetensors: it goes now, after the
+        // file it gives way to is whole.
+        if (remote) store.operations.remove(detail::location(index), settings::global());
+        else if (!fs::remove(index, ec) && ec)
+            throw system_error(ec.value(), "remove", {index, 0, 0});
+    } else {
+        written.push_back(index);
+    }
+    // The previous generation's shards, once no index names them.
+    for (const auto& name : old_shards)
+        if (!new_shards.count(name)) remove_quietly(under(name));
     return written;
 }
 

@@ -212,8 +212,8 @@ TEST_F(remote_file_test, a_shard_replaced_after_open_is_refused) {
     try {
         load_checkpoint(c);
         FAIL() << "loaded a shard that changed after its header was read";
-    } catch (const checkpoint_error& e) {
-        EXPECT_NE(std::string(e.what()).find("changed since the checkpoint was opened"), std::string::npos) << e.what();
+    } catch (const checkpoint_changed_error& e) {
+        EXPECT_NE(std::string(e.what()).find("since its header was read"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find(server.url("")), std::string::npos) << e.what();
     }
 }

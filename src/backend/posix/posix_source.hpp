@@ -37,6 +37,9 @@ public:
     const std::string& location() const noexcept override { return path_; }
     source_traits traits() const noexcept override;
     std::uint64_t size() override;
+    /// The file's identity now (fstat): "inode DEV:INO size N mtime S.NS". A file replaced
+    /// under its name, or rewritten in place, gives another; "" when fstat fails.
+    std::string version() const override;
 
     void read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) override;
     void write(const char* src, std::size_t n, std::uint64_t offset, const io_context& where) override;

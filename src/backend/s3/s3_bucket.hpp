@@ -1,7 +1,7 @@
 // Operations on an S3 bucket rather than on one object: listing the keys under a prefix
 // (ListObjectsV2, page by page) and deleting an object (DeleteObject). Checkpoints use them: a
-// prefix without an index is its *.safetensors objects, and a save removes an older index
-// before it writes the new shards.
+// prefix without an index is its *.safetensors objects, and a save removes the previous
+// generation's shards once its new index is uploaded.
 #pragma once
 
 #include <cstdint>
