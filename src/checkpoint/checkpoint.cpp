@@ -27,6 +27,7 @@
 #include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
 #include "formats/safetensors_header.hpp"
+#include "os/posix_io.hpp"
 
 namespace ferry {
 
@@ -177,11 +178,9 @@ index_text read_index_text(const std::string& index_path) {
 
 // The version of a local index now, or why there is none.
 std::string local_version_now(const std::string& index_path) {
-    try {
-        return file(index_path, open_mode::read).version();
-    } catch (const system_error& e) {
-        return std::string("none (") + std::strerror(e.code()) + ")";
-    }
+    std::string why;
+    std::string v = detail::file_version(index_path, &why);
+    return v.empty() ? "none (" + why + ")" : v;
 }
 
 // The generation a save wrote into the index and every shard's header (save.cpp): a shard of

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "os/sys.hpp"
@@ -75,6 +76,29 @@ std::uint64_t file_size(int fd, const std::string& path) {
     struct stat st {};
     if (sys::fstat(fd, &st) != 0) throw system_error(errno, "fstat failed", {path});
     return static_cast<std::uint64_t>(st.st_size);
+}
+
+namespace {
+
+std::string version_text(const struct stat& st) {
+    return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + " size " +
+           std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+std::string file_version(int fd) {
+    struct stat st {};
+    if (sys::fstat(fd, &st) != 0) return {};
+    return version_text(st);
+}
+
+std::string file_version(const std::string& path, std::string* why) {
+    struct stat st {};
+    if (sys::stat(path.c_str(), &st) == 0) return version_text(st);
+    if (why) *why = std::strerror(errno);
+    return {};
 }
 
 }  // namespace ferry::detail

@@ -24,6 +24,11 @@ void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t offset, c
 bool start_writeback(int fd, std::uint64_t offset, std::uint64_t n);
 /// Current size (fstat). Throws system_error.
 std::uint64_t file_size(int fd, const std::string& path);
+/// The identity of an open file (device, inode, size, mtime) as text: two equal texts are the
+/// same bytes unless rewritten within the clock's step. Empty where fstat fails.
+std::string file_version(int fd);
+/// The same for a path, without opening it; `why` gets strerror where stat fails (empty result).
+std::string file_version(const std::string& path, std::string* why);
 
 /// Before the k-th retry of a call that failed with EAGAIN: nothing for the first few, then a
 /// yield, then sleeps growing to 1 ms, so that a busy device is not spun on.

@@ -55,50 +55,54 @@ namespace {
 
 }  // namespace
 
-void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std::size_t n,
-              std::uint64_t offset, const io_context& where) {
+namespace {
+
+// Moves n bytes in calls of at most max_io_per_call, retrying EINTR and EAGAIN; `call` is one
+// cuFileRead or cuFileWrite of (want, done): the bytes it moved, or what throw_io reads.
+// `no_progress` throws for a call that moved nothing.
+template <class Call, class NoProgress>
+void transfer_all(const char* name, std::size_t n, std::uint64_t offset, const io_context& where, Call call,
+                  NoProgress no_progress) {
     std::size_t done = 0;
     unsigned again = 0;
     while (done < n) {
         std::size_t want = std::min(n - done, max_io_per_call);
-        ssize_t r = sys::inject("cuFileRead", &want)
-                        ? -1
-                        : shim::cufile_functions().read(h.get(), base, want, static_cast<off_t>(offset + done),
-                                                        static_cast<off_t>(buffer_offset + done));
+        ssize_t r = sys::inject(name, &want) ? -1 : call(want, done);
         if (r < 0) {
             if (r == -1 && errno == EINTR) continue;
             if (r == -1 && errno == EAGAIN) {
                 eagain_backoff(again++);
                 continue;
             }
-            throw_io(r, "cuFileRead failed", where);
+            throw_io(r, (std::string(name) + " failed").c_str(), where);
         }
-        if (r == 0) throw end_of_file_error(where, offset + done);
+        if (r == 0) no_progress(offset + done, where);
         done += static_cast<std::size_t>(r);
     }
 }
 
+}  // namespace
+
+void gds_read(const cufile_handle& h, void* base, std::size_t buffer_offset, std::size_t n,
+              std::uint64_t offset, const io_context& where) {
+    transfer_all(
+        "cuFileRead", n, offset, where,
+        [&](std::size_t want, std::size_t done) {
+            return shim::cufile_functions().read(h.get(), base, want, static_cast<off_t>(offset + done),
+                                                 static_cast<off_t>(buffer_offset + done));
+        },
+        [](std::uint64_t at, const io_context& w) -> void { throw end_of_file_error(w, at); });
+}
+
 void gds_write(const cufile_handle& h, const void* base, std::size_t buffer_offset, std::size_t n,
                std::uint64_t offset, const io_context& where) {
-    std::size_t done = 0;
-    unsigned again = 0;
-    while (done < n) {
-        std::size_t want = std::min(n - done, max_io_per_call);
-        ssize_t r = sys::inject("cuFileWrite", &want)
-                        ? -1
-                        : shim::cufile_functions().write(h.get(), base, want, static_cast<off_t>(offset + done),
-                                                         static_cast<off_t>(buffer_offset + done));
-        if (r < 0) {
-            if (r == -1 && errno == EINTR) continue;
-            if (r == -1 && errno == EAGAIN) {
-                eagain_backoff(again++);
-                continue;
-            }
-            throw_io(r, "cuFileWrite failed", where);
-        }
-        if (r == 0) throw system_error(ENOSPC, "cuFileWrite made no progress", where);
-        done += static_cast<std::size_t>(r);
-    }
+    transfer_all(
+        "cuFileWrite", n, offset, where,
+        [&](std::size_t want, std::size_t done) {
+            return shim::cufile_functions().write(h.get(), base, want, static_cast<off_t>(offset + done),
+                                                  static_cast<off_t>(buffer_offset + done));
+        },
+        [](std::uint64_t, const io_context& w) -> void { throw system_error(ENOSPC, "cuFileWrite made no progress", w); });
 }
 
 }  // namespace ferry::detail

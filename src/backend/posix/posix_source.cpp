@@ -87,13 +87,7 @@ source_traits posix_source::traits() const noexcept {
 
 std::uint64_t posix_source::size() { return file_size(fd_.get(), path_); }
 
-std::string posix_source::version() const {
-    struct stat st {};
-    if (sys::fstat(fd_.get(), &st) != 0) return {};
-    return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + " size " +
-           std::to_string(st.st_size) + " mtime " + std::to_string(st.st_mtim.tv_sec) + "." +
-           std::to_string(st.st_mtim.tv_nsec);
-}
+std::string posix_source::version() const { return file_version(fd_.get()); }
 
 void posix_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) {
     std::size_t got = pread_full(read_fd(n), dst, n, offset, where);
