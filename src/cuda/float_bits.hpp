@@ -14,26 +14,18 @@
 
 namespace ferry::bits {
 
-FERRY_HOST_DEVICE std::uint32_t float_to_u32(float f) {
-    std::uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
+// The same bits as another type of the same size (std::bit_cast, callable on the device too).
+template <class To, class From>
+FERRY_HOST_DEVICE To same_bits(From from) {
+    static_assert(sizeof(To) == sizeof(From));
+    To to;
+    std::memcpy(&to, &from, sizeof(To));
+    return to;
 }
-FERRY_HOST_DEVICE float u32_to_float(std::uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-FERRY_HOST_DEVICE std::uint64_t double_to_u64(double d) {
-    std::uint64_t u;
-    std::memcpy(&u, &d, 8);
-    return u;
-}
-FERRY_HOST_DEVICE double u64_to_double(std::uint64_t u) {
-    double d;
-    std::memcpy(&d, &u, 8);
-    return d;
-}
+FERRY_HOST_DEVICE std::uint32_t float_to_u32(float f) { return same_bits<std::uint32_t>(f); }
+FERRY_HOST_DEVICE float u32_to_float(std::uint32_t u) { return same_bits<float>(u); }
+FERRY_HOST_DEVICE std::uint64_t double_to_u64(double d) { return same_bits<std::uint64_t>(d); }
+FERRY_HOST_DEVICE double u64_to_double(std::uint64_t u) { return same_bits<double>(u); }
 
 /// binary32 -> binary16.
 FERRY_HOST_DEVICE std::uint16_t f32_to_f16(std::uint32_t x) {
