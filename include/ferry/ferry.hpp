@@ -10,6 +10,7 @@
 #include "ferry/file.hpp"
 #include "ferry/formats.hpp"
 #include "ferry/load_options.hpp"
+#include "ferry/many.hpp"
 #include "ferry/memory.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/raw.hpp"

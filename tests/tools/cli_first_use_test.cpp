@@ -281,5 +281,54 @@ TEST(cli_first_use, bench_checks_free_space_before_writing) {
     EXPECT_TRUE(names_in(work.path()).empty());
 }
 
+// -- Many files: several paths, a glob of .npy files, @LIST ----------------------------------------
+
+TEST(cli_first_use, many_files_load_as_one_list_and_name_the_one_that_fails) {
+    test::temp_dir dir;
+    for (int i = 0; i < 12; ++i) save_npy(dir / ("f" + std::to_string(i) + ".npy"), array(dtype::int16, {i + 1}));
+    test::write_pattern_file(dir / "r.raw", 40);
+    result r = run("load --device host --json '" + dir / "f*.npy" + "'", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["files"], 12);
+    EXPECT_EQ(j["formats"]["npy"], 12);
+    EXPECT_EQ(j["bytes"], 2 * (12 * 13 / 2));
+    EXPECT_TRUE(j["failures"].empty());
+
+    write_bytes(dir / "list.txt", "# two files\n" + dir / "f3.npy" + "\n\n" + dir / "r.raw" + "\n");
+    r = run("load --device host --dtype int32 --checksum --json @'" + dir / "list.txt" + "'", dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["formats"]["raw"], 1);
+    EXPECT_EQ(j["checksums"].size(), 2u);
+
+    // The first failure stops the list and is named by its place; --keep-going lists them all.
+    write_bytes(dir / "bad.npy", "\x93NUMPY");
+    const std::string three = "'" + dir / "f1.npy" + "' '" + dir / "bad.npy" + "' '" + dir / "gone.npy" + "'";
+    r = run("load --device host " + three, dir);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("paths[1]"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bad.npy"), std::string::npos) << r.err;
+    r = run("load --device host --keep-going --json " + three, dir);
+    EXPECT_EQ(r.status, 1);
+    j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["files"], 1);
+    ASSERT_EQ(j["failures"].size(), 2u);
+    EXPECT_EQ(j["failures"][1]["index"], 2);
+
+    // What loads one file only is refused for a list; a list that names nothing, or a glob
+    // among several paths that matches nothing, is said so.
+    r = run("load --device host --offset 4 " + three, dir);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("not a list of 3 files"), std::string::npos) << r.err;
+    write_bytes(dir / "empty.txt", "# nothing\n");
+    r = run("load @'" + dir / "empty.txt" + "'", dir);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("names no file"), std::string::npos) << r.err;
+    r = run("load '" + dir / "f1.npy" + "' '" + dir / "zz*.npy" + "'", dir);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("no file matches"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ferry

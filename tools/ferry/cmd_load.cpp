@@ -7,6 +7,7 @@
 #include "checkpoint_cmd.hpp"
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "many_cmd.hpp"
 #include "ferry/checksum.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
@@ -17,7 +18,9 @@ namespace ferry::cli {
 namespace {
 
 struct load_args {
+    std::vector<std::string> paths;  ///< one file or checkpoint, or a list (many_cmd.hpp)
     std::string path;
+    bool keep_going = false;
     std::string device;
     std::vector<std::string> tensors;
     std::string as;
@@ -127,12 +130,28 @@ int run_load(const load_args& a) {
     return exit_ok;
 }
 
+int run_paths(load_args& a) {
+    if (auto many = file_list(a.paths)) {
+        if (!a.slices.empty() || !a.route.empty() || !a.format.empty() || a.offset || a.count != -1)
+            throw usage_error("--slice, --route, --format, --offset and --count load one file or checkpoint, "
+                              "not a list of " + std::to_string(many->size()) + " files");
+        return run_many_load({*many, a.device, a.tensors, a.as, a.dtype, a.shape, a.keep_going, a.checksum, a.json});
+    }
+    if (a.paths.size() != 1) throw usage_error("ferry load: expected one file, checkpoint or list of files");
+    if (a.keep_going) throw usage_error("--keep-going: only for a list of files");
+    a.path = a.paths.front();
+    return run_load(a);
+}
+
 }  // namespace
 
 void add_load_command(CLI::App& app) {
     auto a = std::make_shared<load_args>();
     CLI::App* c = app.add_subcommand("load", "Read a file's arrays into GPU memory (host memory without a GPU)");
-    c->add_option("file", a->path, "The file (.npy, safetensors or raw), or a checkpoint: folder, index or glob")->required();
+    c->add_option("file", a->paths,
+                  "The file (.npy, safetensors or raw), or a checkpoint: folder, index or glob; or many files: "
+                  "several paths, a glob of .npy or raw files, or @LIST (a file naming one path a line)")
+        ->required();
     c->add_option("--device", a->device, device_help);
     c->add_option("--tensor", a->tensors, "safetensors: load only these tensors; checkpoints: names or globs (repeatable)");
     c->add_option("--as", a->as, "convert floating-point arrays: float16, bfloat16, float64 to float32 or back (other conversions are refused)");
@@ -146,8 +165,10 @@ void add_load_command(CLI::App& app) {
     c->add_option("--route", a->route, "checkpoints: auto, segments or span for sliced tensors");
     c->add_flag("--checksum", a->checksum, "print xxh64 checksums of the arrays' logical contents");
     c->add_flag("--json", a->json, "print one JSON object");
+    c->add_flag("--keep-going", a->keep_going,
+                "many files: load the others when one fails, list the failures and exit 1 (default: stop at the first)");
     c->callback([a] {
-        int rc = run_load(*a);
+        int rc = run_paths(*a);
         if (rc != exit_ok) throw CLI::RuntimeError(rc);
     });
 }
