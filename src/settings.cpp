@@ -44,6 +44,11 @@ std::size_t parse_count(std::string_view name, std::string_view text, std::size_
 }
 
 detail::fork_safe_mutex global_mutex;
+
+// Asked once, at load time: the count comes from sysfs and every file open resolves its settings.
+// Not a function-local static, whose guard a fork() during the sysfs read would leave taken in
+// the child (os/once_per_process.hpp).
+const unsigned hardware_threads = std::max(1u, std::thread::hardware_concurrency());
 settings* global_settings = nullptr;
 
 // Durations: "250ms", "10s", "2m", or a bare number of milliseconds.
@@ -275,9 +280,7 @@ settings settings::resolved() const {
     // into pinned memory run at 41-48 GB/s on the H200 machine (the pread ceiling of `ferry
     // bench`, docs/benchmarks.md), near PCIe's 55, so use the cores up to 16, and never fewer than 4
     // so that small machines still overlap reads with copies.
-    // Asked once: the count comes from sysfs, and every file open resolves its settings.
-    static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    if (r.threads == 0) r.threads = std::clamp<std::size_t>(hw, 4, 16);
+    if (r.threads == 0) r.threads = std::clamp<std::size_t>(hardware_threads, 4, 16);
     // Small staging buffers win: 2 x 2 MiB per worker stay in the CPU's last-level cache, so
     // the page-cache copy and the DMA read of a chunk do not both go to DRAM. On the H200
     // machine (docs/benchmarks.md) 2 x 2 MiB gave 48 GB/s against 34 GB/s with 2 x 8 MiB.

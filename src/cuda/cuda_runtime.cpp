@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "os/fault_hook.hpp"
+#include "os/once_per_process.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -37,33 +38,12 @@ cuda_probe run_probe() {
     return r;
 }
 
-// The probe runs once per process. Not as a function-local static: cudaGetDeviceCount can take
-// a while (it loads the driver), and a fork while another thread was inside it would leave the
-// child's copy of the static's guard taken for good, hanging the child's first request
-// (tests/reliability/fork_test.cpp). `probe_state` is 0 before, the pid of the process whose
-// thread is probing during, and -1 after; a forked child that inherits a probe in progress
-// knows it by the pid and does not wait for a thread it does not have.
-std::atomic<long> probe_state{0};
-cuda_probe probe_result;
+// Once per process; a child forked while another thread was inside cudaGetDeviceCount does not
+// wait for it (os/once_per_process.hpp) and does not touch the runtime.
+once_per_process<cuda_probe> probe_once;
 const cuda_probe forked_mid_probe{0, "this process was forked while CUDA was being initialized"};
 
-const cuda_probe& probe() {
-    long s = probe_state.load(std::memory_order_acquire);
-    if (s == -1) return probe_result;  // every call after the first: no system call
-    const long me = static_cast<long>(::getpid());
-    if (s == 0 && probe_state.compare_exchange_strong(s, me, std::memory_order_acq_rel)) {
-        probe_result = run_probe();
-        probe_state.store(-1, std::memory_order_release);
-        probe_state.notify_all();
-        return probe_result;
-    }
-    while (s != -1) {
-        if (s != me) return forked_mid_probe;
-        probe_state.wait(s, std::memory_order_acquire);
-        s = probe_state.load(std::memory_order_acquire);
-    }
-    return probe_result;
-}
+const cuda_probe& probe() { return probe_once.get(run_probe, forked_mid_probe); }
 
 std::atomic<long> live_device{0};
 std::atomic<long> live_pinned{0};

@@ -40,12 +40,14 @@ std::string base_of(const std::string& path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// At load time, not in a function-local static whose guard a fork() could leave taken.
+std::atomic<unsigned> suffix_counter{0};
+const unsigned suffix_seed = std::random_device{}();
+
 std::string unique_suffix() {
-    static std::atomic<unsigned> counter{0};
-    static const unsigned seed = std::random_device{}();
     char buf[64];
-    std::snprintf(buf, sizeof buf, ".tmp-%ld-%08x-%u", static_cast<long>(::getpid()), seed,
-                  counter.fetch_add(1));
+    std::snprintf(buf, sizeof buf, ".tmp-%ld-%08x-%u", static_cast<long>(::getpid()), suffix_seed,
+                  suffix_counter.fetch_add(1));
     return buf;
 }
 

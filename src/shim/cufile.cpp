@@ -1,5 +1,6 @@
 #include "shim/cufile.hpp"
 
+#include "os/once_per_process.hpp"
 #include "shim/std_fd_guard.hpp"
 
 #include <dlfcn.h>
@@ -183,9 +184,15 @@ cufile_state load_quietly(const std::string& library) {
     return s;
 }
 
+// Once per process; a child forked while another thread was loading does not wait for it
+// (os/once_per_process.hpp).
+namespace {
+detail::once_per_process<cufile_state> loaded_once;
+const cufile_state forked_mid_load{.load_error = "this process was forked while another thread was loading cuFile"};
+}  // namespace
+
 const cufile_state& cufile(const std::string& library) {
-    static const cufile_state s = load_quietly(library);
-    return s;
+    return loaded_once.get([&] { return load_quietly(library); }, forked_mid_load);
 }
 
 const cufile_api& cufile_functions() { return api; }

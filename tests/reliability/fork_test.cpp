@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "ferry/ferry.hpp"
+#include "os/once_per_process.hpp"
 #include "reliability_util.hpp"
 #include "test_util.hpp"
 
@@ -166,6 +167,48 @@ TEST(fork_during_io, forks_while_other_threads_hold_process_wide_locks) {
     stop = true;
     EXPECT_NO_THROW(busy.join());
     std::printf("[ figures  ] %d forks while other threads held the library's locks: 0 hangs\n", children);
+}
+
+// The probes the library runs once per process (loading cuFile, asking the kernel about
+// io_uring, starting the CUDA runtime) take a while. A fork while another thread is inside one
+// must not leave the child waiting for that thread, which the child does not have: the child
+// gets the fallback at once, and the parent's probe finishes as if nothing happened. (A CI run
+// once saw a child hang on such a probe held in a function-local static.)
+TEST(fork_during_io, a_child_forked_mid_probe_gets_the_fallback_and_does_not_wait) {
+    FERRY_SKIP_UNDER_ASAN();
+    detail::once_per_process<int> once;
+    std::atomic<bool> inside{false}, release{false};
+    std::thread prober([&] {
+        EXPECT_EQ(once.get(
+                      [&] {
+                          inside = true;
+                          for (int i = 0; i < 20000 && !release; ++i) std::this_thread::sleep_for(1ms);
+                          return 7;
+                      },
+                      -1),
+                  7);
+    });
+    for (int i = 0; i < 20000 && !inside; ++i) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(inside.load());
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(once.get([] { return 8; }, -1) == -1 ? child_read_ok : child_wrong);
+    bool hung = false;
+    int status = wait_or_kill(pid, 20s, hung);
+    release = true;
+    prober.join();
+    ASSERT_FALSE(hung) << "the child waited for a probe running in a thread it does not have";
+    ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+    EXPECT_EQ(WEXITSTATUS(status), child_read_ok) << "the child did not get the fallback";
+    EXPECT_EQ(once.get([] { return 9; }, -1), 7) << "the parent's probe must stand";
+}
+
+// A probe that throws leaves nothing behind: the next call probes again.
+TEST(fork_during_io, a_probe_that_throws_is_run_again) {
+    detail::once_per_process<int> once;
+    EXPECT_THROW(once.get([]() -> int { throw std::runtime_error("no"); }, -1), std::runtime_error);
+    EXPECT_EQ(once.get([] { return 5; }, -1), 5);
+    EXPECT_EQ(once.get([] { return 6; }, -1), 5);
 }
 
 // A file opened before fork() belongs to the parent: its requests in flight never finish in

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "os/once_per_process.hpp"
 #include "os/posix_io.hpp"
 
 #ifdef FERRY_HAVE_LIBURING
@@ -70,42 +71,48 @@ int io_uring_disabled_sysctl() {
 
 #endif
 
-/// What the kernel says, asked once per process.
-const std::optional<unavailable_reason>& kernel_verdict() {
-    static const std::optional<unavailable_reason> verdict = []() -> std::optional<unavailable_reason> {
+/// What the kernel says.
+std::optional<unavailable_reason> ask_kernel() {
 #ifndef FERRY_HAVE_LIBURING
-        return unavailable_reason{.text = "this build of ferry has no io_uring (liburing was not found when it was "
-                                          "built)",
-                                  .cause = reason_code::io_uring_not_built};
+    return unavailable_reason{.text = "this build of ferry has no io_uring (liburing was not found when it was "
+                                      "built)",
+                              .cause = reason_code::io_uring_not_built};
 #else
-        const int disabled = io_uring_disabled_sysctl();
-        if (disabled == 2)
-            return unavailable_reason{.text = "io_uring is disabled for every process "
-                                              "(/proc/sys/kernel/io_uring_disabled = 2)",
-                                      .cause = reason_code::io_uring_disabled};
-        io_uring ring{};
-        int e = io_uring_queue_init(2, &ring, 0);
-        if (e == 0) {
-            io_uring_queue_exit(&ring);
-            return std::nullopt;
-        }
-        if (e == -EPERM && disabled == 1)
-            return unavailable_reason{.text = "io_uring is disabled for processes outside kernel.io_uring_group "
-                                              "(/proc/sys/kernel/io_uring_disabled = 1)",
-                                      .cause = reason_code::io_uring_disabled};
-        if (e == -EPERM)
-            return unavailable_reason{.text = "io_uring_setup is not permitted (EPERM): a seccomp profile (a "
-                                              "container's) or a security module refuses it",
-                                      .cause = reason_code::io_uring_not_permitted};
-        if (e == -ENOSYS)
-            return unavailable_reason{.text = "the kernel has no io_uring (io_uring_setup: ENOSYS)",
-                                      .cause = reason_code::io_uring_not_supported};
-        return unavailable_reason{.text = std::string("io_uring_setup failed: ") + std::strerror(-e),
-                                  .cause = reason_code::io_uring_setup_failed};
+    const int disabled = io_uring_disabled_sysctl();
+    if (disabled == 2)
+        return unavailable_reason{.text = "io_uring is disabled for every process "
+                                          "(/proc/sys/kernel/io_uring_disabled = 2)",
+                                  .cause = reason_code::io_uring_disabled};
+    io_uring ring{};
+    int e = io_uring_queue_init(2, &ring, 0);
+    if (e == 0) {
+        io_uring_queue_exit(&ring);
+        return std::nullopt;
+    }
+    if (e == -EPERM && disabled == 1)
+        return unavailable_reason{.text = "io_uring is disabled for processes outside kernel.io_uring_group "
+                                          "(/proc/sys/kernel/io_uring_disabled = 1)",
+                                  .cause = reason_code::io_uring_disabled};
+    if (e == -EPERM)
+        return unavailable_reason{.text = "io_uring_setup is not permitted (EPERM): a seccomp profile (a "
+                                          "container's) or a security module refuses it",
+                                  .cause = reason_code::io_uring_not_permitted};
+    if (e == -ENOSYS)
+        return unavailable_reason{.text = "the kernel has no io_uring (io_uring_setup: ENOSYS)",
+                                  .cause = reason_code::io_uring_not_supported};
+    return unavailable_reason{.text = std::string("io_uring_setup failed: ") + std::strerror(-e),
+                              .cause = reason_code::io_uring_setup_failed};
 #endif
-    }();
-    return verdict;
 }
+
+// Asked once per process; a child forked mid-question does not wait for it
+// (os/once_per_process.hpp).
+detail::once_per_process<std::optional<unavailable_reason>> verdict_once;
+const std::optional<unavailable_reason> forked_mid_probe = unavailable_reason{
+    .text = "this process was forked while another thread was asking the kernel about io_uring",
+    .cause = reason_code::io_uring_setup_failed};
+
+const std::optional<unavailable_reason>& kernel_verdict() { return verdict_once.get(ask_kernel, forked_mid_probe); }
 
 }  // namespace
 
