@@ -32,6 +32,7 @@ import numpy as np
 
 from ._convert import fspath, target
 from ._errors import EndOfFileError, Error, FormatError, UsageError, _file_error_class
+from ._many_device import device_loader
 
 __all__ = ["LoadFailure", "load_many", "iter_load"]
 
@@ -312,8 +313,12 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     ``dtype`` (and take ``shape``; without it, as many items as the file holds). For a .npy
     or safetensors file ``dtype`` converts floating-point arrays as :func:`ferry.load` does.
 
-    With ``device="cuda"`` (or a ``like`` other than numpy) the files are, for now, loaded one
-    after another through :func:`ferry.load`'s GPU path: correct, but not yet batched.
+    Into GPU memory as CuPy arrays (``device="cuda"``) or PyTorch tensors (``like=torch``)
+    the files are read the same way into pinned blocks, each block copied to the GPU with one
+    asynchronous copy as soon as it is full, and the arrays are views of the device blocks
+    (ferry._many_device). Files the views cannot express (Fortran order, big-endian data,
+    element types the library lacks) and other libraries (JAX, ``like="ferry"``) go through
+    :func:`ferry.load` one by one, with the same results.
 
     ``errors="raise"`` (default) raises the error of the first file that fails (a missing,
     unreadable or malformed file; its message names the file and its index in ``paths``, also
@@ -335,8 +340,15 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     results: list[Any] = [None] * n
     failed: dict[int, BaseException] = {}
     later: list[int] = []
+    loader = None if _host_fast(dev, lib) else device_loader(dev, lib, results, failed)
     if _host_fast(dev, lib):
         _load_host(names, request, results, failed, later)
+    elif loader is not None:
+        alloc, on_block, finish = loader
+        try:
+            _load_host(names, request, results, failed, later, alloc, on_block)
+        finally:
+            finish()
     else:
         later = list(range(n))
     kwargs = {"device": device, "like": like}
@@ -355,28 +367,35 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     return results, failures
 
 
-def _block(r: range, sizes: list[int], first: int, need: int) -> tuple[memoryview, int, int]:
+def _block(r: range, sizes: list[int], first: int, need: int,
+           alloc: Any = None) -> tuple[np.ndarray, int, int]:
     """A block for the files of run ``r`` from ``first`` on, of at most _BLOCK bytes (or the
-    first file's alone), and where its aligned space begins and ends."""
+    first file's alone), and where its aligned space begins and ends. ``alloc(n)`` gives the
+    memory (a uint8 array; pinned memory for a GPU load), numpy's by default."""
     total = need
     for size in sizes[first - r.start + 1:]:
         more = -(-max(size, 0) // _ALIGN) * _ALIGN
         if total + more > _BLOCK:
             break
         total += more
-    raw = np.empty(total + _ALIGN, np.uint8)
+    raw = alloc(total + _ALIGN) if alloc is not None else np.empty(total + _ALIGN, np.uint8)
     start = (-raw.ctypes.data) % _ALIGN
-    return memoryview(raw), start, start + total
+    return raw, start, start + total
 
 
-def _load_host(names: list[str], request: _Request, results: list, failed: dict, later: list) -> None:
+def _load_host(names: list[str], request: _Request, results: list, failed: dict, later: list,
+               alloc: Any = None, on_block: Any = None) -> None:
     """Each task of the pool takes a run of files: their sizes, a few pooled allocations of
     at most _BLOCK bytes for them, a pread of each file into its place, its header parsed
     there. Not one block per call: a call's single block of gigabytes is fresh memory,
     faulted in page by page (and in huge pages, see _BLOCK), and on the busy CPU machine it
     cost more than the reads themselves (20,000 files of 16-256 KiB, docs/benchmarks.md);
     blocks of a few MiB come from memory the allocator already holds, and keeping one array
-    keeps only its block alive."""
+    keeps only its block alive.
+
+    A GPU load (_many_device) passes ``alloc`` (pinned blocks) and ``on_block(raw, indices)``,
+    called in the worker once a block is full with the files placed in it; it returns the
+    indices that must go through ferry.load instead."""
     fallbacks: list[int] = []
 
     def run(r: range) -> None:
@@ -387,21 +406,29 @@ def _load_host(names: list[str], request: _Request, results: list, failed: dict,
             except OSError as e:
                 failed[i] = e
                 sizes.append(-1)
-        block, start, end = None, 0, 0
+        raw, start, end = None, 0, 0
+        placed: list[int] = []
         for i, size in zip(r, sizes):
             if size < 0:
                 continue
             need = -(-size // _ALIGN) * _ALIGN
-            if block is None or start + need > end:
-                block, start, end = _block(r, sizes, i, need)
+            if raw is None or start + need > end:
+                if on_block is not None and placed:
+                    fallbacks.extend(on_block(raw, placed))
+                placed = []
+                raw, start, end = _block(r, sizes, i, need, alloc)
+                block = memoryview(raw)
             try:
                 _read_whole(names[i], block[start:start + size])
                 results[i] = request.parse(names[i], block, start, size)
+                placed.append(i)
             except _Fallback:
                 fallbacks.append(i)
             except Exception as e:  # noqa: BLE001 (every failure is reported with its file)
                 failed[i] = e
             start += need
+        if on_block is not None and placed:
+            fallbacks.extend(on_block(raw, placed))
 
     pool = _executor()
     for f in [pool.submit(run, r) for r in _chunks(len(names))]:

@@ -243,3 +243,62 @@ def test_device_cuda_loops_through_load(gpu, npy_files):
     it = ferry.iter_load(paths[:4], device="cuda", like="ferry")
     for g, w in zip(it, arrays[:4]):
         np.testing.assert_array_equal(host_to_numpy(g.to_device("cpu")), w)
+
+
+def _gpu_lib(name):
+    mod = pytest.importorskip(name, reason="%s is not installed" % name)
+    return mod
+
+
+def _to_host(x):
+    if hasattr(x, "get"):  # CuPy
+        return x.get()
+    return x.cpu().numpy()
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_device_batched_equals_load(gpu, tmp_path, lib):
+    """Many files into GPU memory in one call: every array equals what ferry.load gives for
+    its file (C order, native bytes), native C-ordered arrays come from the shared device
+    blocks, and Fortran-ordered or big-endian files take ferry.load's path with the same
+    values."""
+    mod = _gpu_lib(lib)
+    paths, want = [], []
+    for i in range(300):
+        dt = ["<f4", "<i2", "<f8", "uint8", ">f4", "<c8"][i % 6]
+        if lib == "torch" and dt == ">f4":
+            dt = "<f2"
+        shape = [(17,), (3, 5), (0, 2), (), (64, 33)][i % 5]
+        a = sample(dt, shape, i)
+        if i % 7 == 3 and a.ndim == 2:
+            a = np.asfortranarray(a)
+        p = tmp_path / ("f%03d.npy" % i)
+        np.save(p, a)
+        paths.append(str(p))
+        want.append(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("=")))
+    like = mod.empty(0, device="cuda") if lib == "torch" else None
+    got = ferry.load_many(paths, device="cuda", like=like)
+    for g, w in zip(got, want):
+        h = _to_host(g)
+        assert h.shape == w.shape and h.dtype == w.dtype
+        np.testing.assert_array_equal(h, w)
+    blocks = {g.data.mem.ptr if lib == "cupy" else g.untyped_storage().data_ptr() for g in got[:40]}
+    assert len(blocks) < 40, "arrays should share device blocks, not one allocation each"
+
+
+def test_device_batched_safetensors_and_errors(gpu, tmp_path):
+    cupy = _gpu_lib("cupy")
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(5, np.int64)},
+              str(tmp_path / "m.safetensors"))
+    np.save(tmp_path / "x.npy", np.arange(9, dtype=np.int32))
+    paths = [str(tmp_path / "x.npy"), str(tmp_path / "nope.npy"), str(tmp_path / "m.safetensors")]
+    got, failures = ferry.load_many(paths, device="cuda", errors="skip")
+    assert got[1] is None and [f.index for f in failures] == [1]
+    assert isinstance(got[0], cupy.ndarray)
+    np.testing.assert_array_equal(got[0].get(), np.arange(9, dtype=np.int32))
+    np.testing.assert_array_equal(got[2]["w"].get(), np.arange(12, dtype=np.float32).reshape(3, 4))
+    np.testing.assert_array_equal(got[2]["b"].get(), np.ones(5, np.int64))
+    with pytest.raises(FileNotFoundError, match=r"paths\[1\]"):
+        ferry.load_many(paths, device="cuda")
