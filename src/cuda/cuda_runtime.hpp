@@ -69,4 +69,9 @@ void set_device(int device);
 char* pin_host_memory(std::size_t bytes, const char* what);
 void unpin_host_memory(char* p) noexcept;
 
+/// The reason given when the driver (cudaDriverGetVersion's `driver`, e.g. 12080 for 12.8) is
+/// older than the CUDA this build was compiled with: which driver it needs, and which build
+/// of ferry would run on the one installed.
+std::string driver_too_old_reason(int driver);
+
 }  // namespace ferry::detail
