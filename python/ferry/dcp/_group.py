@@ -84,8 +84,9 @@ def read_shared(reader: Any, plan: Any, planner: Any, files: Files, g: _Group) -
                for k in shared]
     gplan = plan_group(entries, g.world, chunk_bytes=min(reader.memory_budget, _CHUNK_BYTES * g.world))
     shared_read = 0
-    for i, chunk in enumerate(gplan.chunks):
-        shared_read += _chunk(reader, planner, files, g, gplan, i, names, by_record)
+    pending: dict = {}   # record name -> [buffer, bytes still to come]; a record may span chunks
+    for i in range(len(gplan.chunks)):
+        shared_read += _chunk(reader, planner, files, g, gplan, i, names, by_record, pending)
     stats["bytes_read"] += shared_read
     stats["shared_bytes_read"] = shared_read
     stats["shared_bytes"] = sum(k[2] for k in shared)
@@ -102,12 +103,15 @@ def _entry_name(k: tuple) -> str:
 
 
 def _chunk(reader: Any, planner: Any, files: Files, g: _Group, gplan: Any, i: int, names: dict,
-           by_record: dict) -> int:
-    """One chunk: this rank's pieces read, an agreement, the broadcasts, the copies out."""
+           by_record: dict, pending: dict) -> int:
+    """One chunk: this rank's pieces read, an agreement, the broadcasts, then the copies out of
+    each record the chunk completed."""
     chunk = gplan.chunks[i]
-    bufs = {p.name: None for p in chunk.pieces}
-    for name in bufs:
-        bufs[name] = torch.empty(names[name][2], dtype=torch.uint8, device=g.device)
+    for p in chunk.pieces:
+        if p.name not in pending:
+            length = names[p.name][2]
+            pending[p.name] = [torch.empty(length, dtype=torch.uint8, device=g.device), length]
+    bufs = {name: pending[name][0] for name in {p.name for p in chunk.pieces}}
     mine = [p for p in chunk.pieces if p.reader == g.rank and p.nbytes]
     err = None
     try:
@@ -120,9 +124,13 @@ def _chunk(reader: Any, planner: Any, files: Files, g: _Group, gplan: Any, i: in
              for b in chunk.broadcasts if chunk.pieces[b.piece].nbytes]
     for w in works:
         g.wait(w, "broadcast of chunk %d" % i)
+    for p in chunk.pieces:
+        pending[p.name][1] -= p.nbytes
     for name, buf in bufs.items():
-        for req in by_record.get(names[name], []):
-            _deliver(reader, planner, req, names[name], buf)
+        if pending[name][1] == 0:
+            for req in by_record.get(names[name], []):
+                _deliver(reader, planner, req, names[name], buf)
+            del pending[name]
     return sum(p.nbytes for p in mine)
 
 
@@ -142,8 +150,11 @@ def _deliver(reader: Any, planner: Any, req: Any, key: tuple, buf: torch.Tensor)
     layout = parse(head, tail, length, path, item_name(req))
     meta = layout.tensor
     storage = buf[layout.data_offset:layout.data_offset + layout.storage_bytes]
-    src = storage.view(meta.dtype).as_strided(meta.size(), meta.stride(), meta.storage_offset()) \
-        if layout.storage_bytes else torch.empty(meta.size(), dtype=meta.dtype)
+    if layout.storage_bytes:
+        base = storage.view(meta.dtype)  # as_strided counts from the start of buf's storage
+        src = base.as_strided(meta.size(), meta.stride(), base.storage_offset() + meta.storage_offset())
+    else:
+        src = torch.empty(meta.size(), dtype=meta.dtype)
     part = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
     target = planner.resolve_tensor(req).detach()
     if target.size() != part.size():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ from torch.distributed.checkpoint._hf_utils import (
     FORMAT_VALUE,
     HF_DCP_VERSION,
     SAVED_OFFSETS_KEY,
+    _gen_file_name,
     _metadata_fn,
 )
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner, WriteItemType
@@ -39,22 +39,30 @@ from ._writer import remove_commit_file
 
 class HuggingFaceStorageWriter(_hf.HuggingFaceStorageWriter):
     """A drop-in for ``torch.distributed.checkpoint.HuggingFaceStorageWriter`` (the same
-    arguments). Only tensors can be saved (safetensors holds nothing else): a non-tensor value
-    in the state dict is refused, naming it, before anything is written. The old index is
-    removed before the first file is written and the new one written last."""
+    arguments). Only tensors can be saved: a non-tensor value is refused, naming it, before
+    anything is written (torch's writer puts its pickled bytes in front of the safetensors
+    header, which no safetensors reader then opens). The old index is removed before the first
+    file is written and the new one written last."""
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         plans = super().prepare_global_plan(plans)
         remove_commit_file(os.fspath(self.path), _metadata_fn, sync=True)
         return plans
 
-    def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
+        """torch's files (the same names, the same tensors in each), written by ferry."""
+        if not plan.items:
+            fut: Future = Future()
+            fut.set_result([])
+            return fut
+        storage = plan.storage_data or {}
+        mapping = storage.get("fqn_to_index_mapping")
+        buckets = self._split_by_storage_plan(mapping, plan.items)
+        highest = max(mapping.values()) if mapping is not None else 1
         jobs = []
-        while True:
-            try:
-                jobs.append(file_queue.get_nowait())
-            except queue.Empty:
-                break
+        for index, items in buckets.items():
+            name = _gen_file_name(index, highest, storage.get("shard_index"))
+            jobs.append((self.fs.concat_path(self.path, name), name, items))
         for _, _, items in jobs:
             for item in items:
                 if item.type == WriteItemType.BYTE_IO:
@@ -71,9 +79,9 @@ class HuggingFaceStorageWriter(_hf.HuggingFaceStorageWriter):
                 if os.path.exists(path):
                     os.remove(path)
             raise
-        fut: Future = Future()
-        fut.set_result(results)
-        return fut
+        done_fut: Future = Future()
+        done_fut.set_result(results)
+        return done_fut
 
     @staticmethod
     def _write_file(planner: SavePlanner, path: str, file_name: str, items: list) -> list:
