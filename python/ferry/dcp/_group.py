@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.planner import LoadItemType
 
 from .._distributed import _Group
 from .._group_plan import TensorEntry, plan_group
-from ._record import HEAD_BYTES, checkpoint_error, parse
+from ._record import HEAD_BYTES, checkpoint_error, tensor_of
 from ._reads import Files, check_ranges, item_name, read_pieces
 
 _CHUNK_BYTES = 64 << 20
@@ -147,14 +147,8 @@ def _deliver(reader: Any, planner: Any, req: Any, key: tuple, buf: torch.Tensor)
     length = key[2]
     head = buf[:HEAD_BYTES].cpu().numpy().tobytes()
     tail = buf[length - HEAD_BYTES:].cpu().numpy().tobytes() if length > HEAD_BYTES else b""
-    layout = parse(head, tail, length, path, item_name(req))
-    meta = layout.tensor
-    storage = buf[layout.data_offset:layout.data_offset + layout.storage_bytes]
-    if layout.storage_bytes:
-        base = storage.view(meta.dtype)  # as_strided counts from the start of buf's storage
-        src = base.as_strided(meta.size(), meta.stride(), base.storage_offset() + meta.storage_offset())
-    else:
-        src = torch.empty(meta.size(), dtype=meta.dtype)
+    layout = reader.layouts.layout(head, tail, length, path, item_name(req))
+    src = tensor_of(buf, layout)
     part = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
     target = planner.resolve_tensor(req).detach()
     if target.size() != part.size():

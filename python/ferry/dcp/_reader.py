@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future
 
-from ._record import HEAD_BYTES, TAIL_BYTES, checkpoint_error, parse
+from ._record import HEAD_BYTES, TAIL_BYTES, LayoutCache, checkpoint_error, tensor_of
 from ._reads import (DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name,
                      read_pieces)
 
@@ -88,6 +88,7 @@ class FileSystemReader(_fs.FileSystemReader):
 
         shared = _group.group_for(self) if self.dedup else None
         files = Files()
+        self.layouts = LayoutCache()
         try:
             if shared is not None:
                 self.stats = _group.read_shared(self, plan, planner, files, shared)
@@ -133,11 +134,10 @@ class FileSystemReader(_fs.FileSystemReader):
             self.planner_load_bytes(reader.planner, req, rec.head.tobytes())
             return
         head = rec.head.tobytes()
-        layout = parse(head, rec.tail.tobytes(), rec.length, rec.path, name)
+        layout = self.layouts.layout(head, rec.tail.tobytes(), rec.length, rec.path, name)
         src = Source(rec.path, rec.offset + layout.data_offset, layout.tensor, name)
         if rec.whole:
-            tensor = torch.load(io.BytesIO(head), map_location="cpu", weights_only=True)
-            reader.add_loaded(req, tensor, src)
+            reader.add_loaded(req, tensor_of(torch.from_numpy(rec.head), layout), src)
         else:
             reader.add(req, src)
 
