@@ -14,7 +14,8 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   torch's FileSystemReader, and ferry's raw read of the same files (``ferry.read_batch`` of
   every byte) as the ceiling;
 * ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
-  until the save is done, against one copy of the state into host memory (pinned on a GPU).
+  until the save is done, against one copy of the state into host memory (pinned on a GPU);
+  and a stand-in training step (matmuls on the device) timed alone and while the save writes.
 
     python bench/dcp_bench.py --size 256M --tensors 64 --device cpu
 """
@@ -158,8 +159,10 @@ def measure_async(a, torch, dcp, ferry, sd, total, rows):
         t0 = time.perf_counter()
         fut = dcp.async_save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder))
         blocked = time.perf_counter() - t0
+        overlapped = training_steps(torch, a.device, until=fut.done)
         fut.result()
         done = time.perf_counter() - t0
+        alone = training_steps(torch, a.device, count=max(3, len(overlapped)))
         t0 = time.perf_counter()
         at = 0
         for t in flat:   # one copy of the state into host memory: what staging must do at least
@@ -168,7 +171,9 @@ def measure_async(a, torch, dcp, ferry, sd, total, rows):
             at += n
         sync_device(torch, a.device)
         copy = time.perf_counter() - t0
-        for k, v in (("blocked", blocked), ("done", done), ("copy", copy)):
+        for k, v in (("blocked", blocked), ("done", done), ("copy", copy),
+                     ("step alone", sum(alone) / len(alone)),
+                     ("step overlapped", sum(overlapped) / max(1, len(overlapped)))):
             best[k] = min(best.get(k, 1e9), v)
     rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter: caller blocked",
                  "seconds": best["blocked"], "GB/s": total / best["blocked"] / 1e9})
@@ -176,6 +181,28 @@ def measure_async(a, torch, dcp, ferry, sd, total, rows):
                  "seconds": best["done"], "GB/s": total / best["done"] / 1e9})
     rows.append({"what": "async_save", "who": "one copy of the state to %s host memory" %
                  ("pinned" if pin else "pageable"), "seconds": best["copy"], "GB/s": total / best["copy"] / 1e9})
+    for k in ("step alone", "step overlapped"):
+        rows.append({"what": "async_save", "who": "training step (%s matmuls), %s" %
+                     (STEP_MATMULS, "while the save writes" if k.endswith("overlapped") else "alone"),
+                     "seconds": best[k], "GB/s": None})
+
+
+STEP_MATMULS = 8
+
+
+def training_steps(torch, device, until=None, count=None, limit=120.0):
+    """Times stand-in training steps (STEP_MATMULS matmuls of 1024x1024 fp32 on the device),
+    until ``until()`` is true or ``count`` steps ran; bounded by ``limit`` seconds."""
+    x = torch.randn(1024, 1024, device=device)
+    times, end = [], time.perf_counter() + limit
+    while time.perf_counter() < end and (until is None or not until()) and (count is None or len(times) < count):
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(STEP_MATMULS):
+            y = torch.mm(y, x) * 1e-3
+        sync_device(torch, device)
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def _tensors(torch, sd):
@@ -225,7 +252,8 @@ def main():
                                                                a.device, a.rounds))
     print("| what | who | seconds | GB/s |\n| --- | --- | --- | --- |")
     for r in rows:
-        print("| %s | %s | %.3f | %.2f |" % (r["what"], r["who"], r["seconds"], r["GB/s"]))
+        rate = "" if r["GB/s"] is None else "%.2f" % r["GB/s"]
+        print("| %s | %s | %.3f | %s |" % (r["what"], r["who"], r["seconds"], rate))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"bytes": total, "device": a.device, "rows": rows}, f, indent=1)
