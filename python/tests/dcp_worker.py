@@ -95,6 +95,28 @@ def run(a, torch, dist, dcp, ferry, result):
             assert torch.equal(out["sharded"].full_tensor(), parts[0]), "resharded DTensor"
         result["loads"]["dedup" if dedup else "alone"] = reader.stats
     result["dtensor"] = parts is not None
+    truncated_load(a, torch, dist, dcp, ferry, sd, result)
+
+
+def truncated_load(a, torch, dist, dcp, ferry, sd, result):
+    """Rank 0 cuts the largest data file in half; every rank's shared load must then fail with
+    an error naming it, none left waiting in a broadcast."""
+    import os
+
+    dist.barrier()
+    if a.rank == 0:
+        files = [os.path.join(a.ckpt, f) for f in os.listdir(a.ckpt) if f.endswith(".distcp")]
+        victim = max(files, key=os.path.getsize)
+        os.truncate(victim, os.path.getsize(victim) // 2)
+    dist.barrier()
+    out = {"model": {k: torch.zeros_like(v) for k, v in sd["model"].items()}, "step": 0}
+    try:
+        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(a.ckpt, timeout=30))
+        result["truncated"] = "loaded"
+    except BaseException as e:  # DCP's CheckpointException is a BaseException
+        failures = getattr(e, "failures", None) or {0: (e,)}
+        inner = next(iter(failures.values()))[0]
+        result["truncated"] = "%s: %s" % (type(inner).__name__, inner)
 
 
 if __name__ == "__main__":

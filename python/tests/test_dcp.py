@@ -420,6 +420,9 @@ def test_ranks_read_shared_bytes_once(tmp_path, world):
     assert shared > 0 and all(res["loads"]["dedup"]["shared_bytes"] == shared for res in results)
     # Each shared byte came off storage once across the group.
     assert sum(res["loads"]["dedup"]["shared_bytes_read"] for res in results) == shared
+    # A truncated file fails the shared load on every rank, naming the file, within the timeout.
+    for res in results:
+        assert "truncated" in res["truncated"] and ".distcp" in res["truncated"], res["truncated"]
     alone = sum(res["loads"]["alone"]["bytes_read"] for res in results)
     together = sum(res["loads"]["dedup"]["bytes_read"] for res in results)
     assert together < alone, (together, alone)

@@ -67,15 +67,16 @@ def read_shared(reader: Any, plan: Any, planner: Any, files: Files, g: _Group) -
     shared = sorted(k for k, n in counts.items() if n > 1)
     shared_set = set(shared)
     local = [r for r in plan.items if _key(reader, r) not in shared_set]
-    stats = reader._read_local(local, planner, files) if local else {"bytes_read": 0}
     by_record: dict = {}
     for req in plan.items:
         k = _key(reader, req)
         if k in shared_set:
             by_record.setdefault(k, []).append(req)
-    err = None
-    try:  # a truncated or missing file fails on every rank alike, before any broadcast
+    stats, err = {"bytes_read": 0}, None
+    try:  # a failure here (a truncated or missing file) reaches every rank through the agreement
         check_ranges([(reader._source_path(k[0]), k[1], k[2], _entry_name(k)) for k in shared])
+        if local:
+            stats = reader._read_local(local, planner, files)
     except Exception as e:
         err = e
     g.agree("open", err, None)

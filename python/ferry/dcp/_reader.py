@@ -4,7 +4,7 @@ through ferry.
 ``read_data`` resolves the plan in two passes over all files at once: first the edges of every
 tensor record the plan needs (its head and tail, a few KiB; a small record whole) and every
 byte record, in one batch; then each item's bytes straight into its destination tensor, GPU or
-host (ferry._reads). With a process group and ``dedup`` (the default), records that several
+host (ferry.dcp._reads). With a process group and ``dedup`` (the default), records that several
 ranks need are read once across the group and broadcast (ferry.dcp._group).
 """
 
