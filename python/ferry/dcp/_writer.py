@@ -113,6 +113,13 @@ class FileSystemWriter(_fs.FileSystemWriter):
         remove_commit_file(os.fspath(self.path), _METADATA, sync=self.sync_files)
         return plans
 
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        plan = super().prepare_local_plan(plan)
+        if not self.use_collectives and self.rank is not None:  # each rank commits its own
+            remove_commit_file(os.fspath(self.path), "__%d%s" % (self.rank, _METADATA),
+                               sync=self.sync_files)
+        return plan
+
     def stage(self, state_dict: Any) -> Any:
         """A copy of ``state_dict`` in host memory for ``dcp.async_save``: pinned when CUDA is
         available, so the copy out of GPU memory runs at the DMA rate and ferry writes it with
