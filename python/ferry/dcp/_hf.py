@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import torch
 from torch.distributed.checkpoint import filesystem as _fs
