@@ -182,6 +182,20 @@ def test_async_save_with_ferrys_writer(tmp_path):
     _same(sd, out)
 
 
+def test_repeated_async_saves_reuse_one_writers_staged_copy(tmp_path):
+    writer = ferry.dcp.FileSystemWriter(str(tmp_path / "unused"), cache_staged_state_dict=True)
+    sd = {"w": torch.ones(1000), "step": 1}
+    for step in (1, 2, 3):
+        sd["w"].fill_(step)
+        sd["step"] = step
+        dcp.async_save(sd, checkpoint_id=str(tmp_path / ("s%d" % step)), storage_writer=writer).result(timeout=120)
+    for step in (1, 2, 3):
+        out = {"w": torch.zeros(1000), "step": 0}
+        folder = str(tmp_path / ("s%d" % step))
+        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(folder))
+        assert torch.all(out["w"] == step) and out["step"] == step
+
+
 def test_unsupported_options_are_refused():
     from torch.distributed.checkpoint.filesystem import SerializationFormat
 

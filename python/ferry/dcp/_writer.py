@@ -123,13 +123,18 @@ class FileSystemWriter(_fs.FileSystemWriter):
     def stage(self, state_dict: Any) -> Any:
         """A copy of ``state_dict`` in host memory for ``dcp.async_save``: pinned when CUDA is
         available, so the copy out of GPU memory runs at the DMA rate and ferry writes it with
-        no further copy."""
-        if self.cache_staged_state_dict or not torch.cuda.is_available():
-            return super().stage(state_dict)
+        no further copy. With ``cache_staged_state_dict`` the copy is made once and reused by
+        later saves (pageable without CUDA, where torch's writer fails to pin it)."""
         from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 
-        staged = _create_cpu_state_dict(state_dict, pin_memory=True)
-        return _copy_state_dict(state_dict, staged, type_check=self.type_check)
+        self.per_thread_copy_ahead = 0
+        pin = torch.cuda.is_available()
+        if not self.cache_staged_state_dict:
+            staged = _create_cpu_state_dict(state_dict, pin_memory=pin)
+            return _copy_state_dict(state_dict, staged, type_check=self.type_check)
+        if self.state_dict_cache is None:
+            self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=pin)
+        return _copy_state_dict(state_dict, self.state_dict_cache, type_check=self.type_check)
 
     def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
         jobs = []
