@@ -290,3 +290,22 @@ def test_many_files_bench_measures_every_reader(tmp_path):
         assert re.search(r"\| %s \| \d+\.\d+ \| \d+ \|" % re.escape(name), r.stdout), r.stdout
     with open(out) as f:
         assert json.load(f)["files"] == 300
+
+
+def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "dcp.json"
+    r = run([os.path.join(BENCH, "dcp_bench.py"), "--dir", str(tmp_path / "d"), "--size", "2M",
+             "--tensors", "8", "--threads", "1,2", "--rounds", "1", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    who = {(row["what"].split(",")[0].split(" ")[0], row["who"]) for row in rows}
+    for want in [("save", "ferry.dcp.FileSystemWriter"), ("save", "torch FileSystemWriter thread_count=2"),
+                 ("save", "ceiling: 16-thread pwrite + fsync"), ("load", "ferry.dcp.FileSystemReader"),
+                 ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter: caller blocked"),
+                 ("async_save", "training step (8 matmuls), while the save writes")]:
+        assert want in who, (want, sorted(who))
+    assert all(row["seconds"] > 0 for row in rows)
+    for row in rows:
+        assert "| %s | %s |" % (row["what"], row["who"]) in r.stdout

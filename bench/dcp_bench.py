@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""torch.distributed.checkpoint through ferry.dcp against torch's own writer and reader, side by
+side in one run on the same state dict (docs/dcp.md, docs/benchmarks.md).
+
+The state dict is shaped like a training checkpoint: ``--tensors`` bf16 parameters and, for
+each, two fp32 AdamW moments and a step, ``--size`` bytes in all, on ``--device`` (cpu or cuda).
+Measured, best of ``--rounds`` (configurations interleaved round by round):
+
+* save, durable (``sync_files=True``) and into the page cache (``sync_files=False``):
+  ferry.dcp.FileSystemWriter; torch's FileSystemWriter at its default ``thread_count`` and at
+  each of ``--threads`` (its best is the row to compare with); the disk's ceiling, a parallel
+  ``pwrite`` + ``fsync`` of the same bytes from host memory (pinned on a GPU machine);
+* load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader,
+  torch's FileSystemReader, and ferry's raw read of the same files (``ferry.read_batch`` of
+  every byte) as the ceiling;
+* ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
+  until the save is done, against one copy of the state into host memory (pinned on a GPU);
+  and a stand-in training step (matmuls on the device) timed alone and while the save writes.
+
+    python bench/dcp_bench.py --size 256M --tensors 64 --device cpu
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as bc  # noqa: E402
+from peers_bench import pwrite_fsync  # noqa: E402
+
+
+def state_dict(torch, size, tensors, device):
+    """``tensors`` bf16 parameters with two fp32 moments each (10 bytes an element) and a step."""
+    per = max(1, size // (10 * tensors))
+    cols = 1024 if per >= 4096 else 16
+    rows = max(1, per // cols)
+    g = torch.Generator().manual_seed(0)
+    model, optim = {}, {}
+    for i in range(tensors):
+        w = torch.randn(rows, cols, generator=g)
+        model["layers.%d.weight" % i] = w.to(torch.bfloat16).to(device)
+        optim["layers.%d.weight" % i] = {"exp_avg": (w * 0.1).to(device), "exp_avg_sq": (w * w).to(device),
+                                         "step": torch.tensor(10.0)}
+    return {"model": model, "optim": {"state": optim}, "step": 10}
+
+
+def nbytes(torch, sd):
+    if isinstance(sd, dict):
+        return sum(nbytes(torch, v) for v in sd.values())
+    return sd.numel() * sd.element_size() if isinstance(sd, torch.Tensor) else 0
+
+
+def blank(torch, sd):
+    if isinstance(sd, dict):
+        return {k: blank(torch, v) for k, v in sd.items()}
+    return torch.empty_like(sd) if isinstance(sd, torch.Tensor) else sd
+
+
+def files_of(folder):
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".distcp"))
+
+
+def sync_device(torch, device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_save(dcp, sd, folder, writer):
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    dcp.save(sd, storage_writer=writer)
+    return time.perf_counter() - t0
+
+
+def measure_saves(a, torch, dcp, ferry, sd, total, rows):
+    folder = os.path.join(a.dir, "save")
+    host = torch.empty(total, dtype=torch.uint8, pin_memory=a.device.startswith("cuda"))
+    host.fill_(1)
+    for sync in (True, False):
+        configs = [("ferry.dcp.FileSystemWriter", lambda s=sync: ferry.dcp.FileSystemWriter(folder, sync_files=s)),
+                   ("torch FileSystemWriter (default)", lambda s=sync: dcp.FileSystemWriter(folder, sync_files=s))]
+        configs += [("torch FileSystemWriter thread_count=%d" % t,
+                     lambda s=sync, t=t: dcp.FileSystemWriter(folder, sync_files=s, thread_count=t))
+                    for t in a.threads]
+        best = {}
+        for _ in range(a.rounds):
+            for name, make in configs:
+                best[name] = min(best.get(name, 1e9), time_save(dcp, sd, folder, make()))
+            if sync:
+                t0 = time.perf_counter()
+                pwrite_fsync(os.path.join(a.dir, "ceiling.bin"), memoryview(host.numpy()), 16, 4 << 20)
+                best["ceiling: 16-thread pwrite + fsync"] = min(best.get("ceiling: 16-thread pwrite + fsync", 1e9),
+                                                                time.perf_counter() - t0)
+                os.remove(os.path.join(a.dir, "ceiling.bin"))
+        what = "save, durable (sync_files=True)" if sync else "save into the page cache (sync_files=False)"
+        for name, s in best.items():
+            rows.append({"what": what, "who": name, "seconds": s, "GB/s": total / s / 1e9})
+
+
+def measure_loads(a, torch, dcp, ferry, sd, total, rows):
+    folder = os.path.join(a.dir, "load")
+    shutil.rmtree(folder, ignore_errors=True)
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder, sync_files=False))
+    paths = files_of(folder)
+    bc.warm(paths)
+    out = blank(torch, sd)
+    sizes = [os.path.getsize(p) for p in paths]
+    raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
+    configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
+               ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
+    best = {}
+    for _ in range(a.rounds):
+        for name, make in configs:
+            sync_device(torch, a.device)
+            t0 = time.perf_counter()
+            dcp.load(out, storage_reader=make())
+            sync_device(torch, a.device)
+            best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        files = [ferry.File(p) for p in paths]
+        pieces, at = [], 0
+        for f, n in zip(files, sizes):
+            pieces.append((f, 0, raw[at:at + n]))
+            at += n
+        ferry.read_batch(pieces).result()
+        for f in files:
+            f.close()
+        best["ceiling: ferry.read_batch of the files"] = min(best.get("ceiling: ferry.read_batch of the files", 1e9),
+                                                             time.perf_counter() - t0)
+    check(torch, sd, out)
+    for name, s in best.items():
+        rows.append({"what": "load, hot, into %s tensors" % a.device, "who": name, "seconds": s,
+                     "GB/s": total / s / 1e9})
+
+
+def check(torch, want, got):
+    if isinstance(want, dict):
+        for k in want:
+            check(torch, want[k], got[k])
+    elif isinstance(want, torch.Tensor):
+        if not torch.equal(want.cpu(), got.cpu()):
+            raise SystemExit("dcp_bench: a loaded tensor differs from the saved one")
+
+
+def measure_async(a, torch, dcp, ferry, sd, total, rows):
+    folder = os.path.join(a.dir, "async")
+    pin = a.device.startswith("cuda")
+    staged = blank(torch, {"x": torch.empty(total, dtype=torch.uint8)})["x"]
+    staged = staged.pin_memory() if pin else staged
+    flat = [t for t in _tensors(torch, sd)]
+    best = {}
+    for _ in range(a.rounds):
+        shutil.rmtree(folder, ignore_errors=True)
+        sync_device(torch, a.device)
+        t0 = time.perf_counter()
+        fut = dcp.async_save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder))
+        blocked = time.perf_counter() - t0
+        overlapped = training_steps(torch, a.device, until=fut.done)
+        fut.result()
+        done = time.perf_counter() - t0
+        alone = training_steps(torch, a.device, count=max(3, len(overlapped)))
+        t0 = time.perf_counter()
+        at = 0
+        for t in flat:   # one copy of the state into host memory: what staging must do at least
+            n = t.numel() * t.element_size()
+            staged[at:at + n].copy_(t.reshape(-1).view(torch.uint8), non_blocking=pin)
+            at += n
+        sync_device(torch, a.device)
+        copy = time.perf_counter() - t0
+        for k, v in (("blocked", blocked), ("done", done), ("copy", copy),
+                     ("step alone", sum(alone) / len(alone)),
+                     ("step overlapped", sum(overlapped) / max(1, len(overlapped)))):
+            best[k] = min(best.get(k, 1e9), v)
+    rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter: caller blocked",
+                 "seconds": best["blocked"], "GB/s": total / best["blocked"] / 1e9})
+    rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter: save done",
+                 "seconds": best["done"], "GB/s": total / best["done"] / 1e9})
+    rows.append({"what": "async_save", "who": "one copy of the state to %s host memory" %
+                 ("pinned" if pin else "pageable"), "seconds": best["copy"], "GB/s": total / best["copy"] / 1e9})
+    for k in ("step alone", "step overlapped"):
+        rows.append({"what": "async_save", "who": "training step (%s matmuls), %s" %
+                     (STEP_MATMULS, "while the save writes" if k.endswith("overlapped") else "alone"),
+                     "seconds": best[k], "GB/s": None})
+
+
+STEP_MATMULS = 8
+
+
+def training_steps(torch, device, until=None, count=None, limit=120.0):
+    """Times stand-in training steps (STEP_MATMULS matmuls of 1024x1024 fp32 on the device),
+    until ``until()`` is true or ``count`` steps ran; bounded by ``limit`` seconds."""
+    x = torch.randn(1024, 1024, device=device)
+    times, end = [], time.perf_counter() + limit
+    while time.perf_counter() < end and (until is None or not until()) and (count is None or len(times) < count):
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(STEP_MATMULS):
+            y = torch.mm(y, x) * 1e-3
+        sync_device(torch, device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _tensors(torch, sd):
+    if isinstance(sd, dict):
+        for v in sd.values():
+            yield from _tensors(torch, v)
+    elif isinstance(sd, torch.Tensor):
+        yield sd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default="256M", help="bytes of the state dict (e.g. 64M, 8G)")
+    ap.add_argument("--tensors", type=int, default=64, help="bf16 parameters (each with two fp32 moments)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dir", default="/tmp/ferry-dcp-bench")
+    ap.add_argument("--threads", default="1,2,4,8,16", help="torch writer thread_count values to sweep")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default="save,load,async", help="which parts to run")
+    ap.add_argument("--json", help="write the rows here too")
+    a = ap.parse_args()
+    a.threads = [int(t) for t in a.threads.split(",") if t]
+    warnings.simplefilter("ignore")
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    import ferry
+    import ferry.dcp
+
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("dcp_bench: --device cuda needs a GPU and torch with CUDA")
+    os.makedirs(a.dir, exist_ok=True)
+    sd = state_dict(torch, bc.parse_size(a.size), a.tensors, a.device)
+    total = nbytes(torch, sd)
+    rows = []
+    parts = set(a.only.split(","))
+    try:
+        if "save" in parts:
+            measure_saves(a, torch, dcp, ferry, sd, total, rows)
+        if "load" in parts:
+            measure_loads(a, torch, dcp, ferry, sd, total, rows)
+        if "async" in parts:
+            measure_async(a, torch, dcp, ferry, sd, total, rows)
+    finally:
+        shutil.rmtree(a.dir, ignore_errors=True)
+    print("dcp_bench: %s in %d tensors on %s, best of %d" % (bc.human(total), len(list(_tensors(torch, sd))),
+                                                               a.device, a.rounds))
+    print("| what | who | seconds | GB/s |\n| --- | --- | --- | --- |")
+    for r in rows:
+        rate = "" if r["GB/s"] is None else "%.2f" % r["GB/s"]
+        print("| %s | %s | %.3f | %s |" % (r["what"], r["who"], r["seconds"], rate))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"bytes": total, "device": a.device, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

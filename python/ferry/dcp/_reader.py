@@ -1,0 +1,146 @@
+"""ferry.dcp.FileSystemReader: torch.distributed.checkpoint's FileSystemReader whose reads go
+through ferry.
+
+``read_data`` resolves the plan in two passes over all files at once: first the edges of every
+tensor record the plan needs (its head and tail, a few KiB; a small record whole) and every
+byte record, in one batch; then each item's bytes straight into its destination tensor, GPU or
+host (ferry.dcp._reads). With a process group and ``dedup`` (the default), records that several
+ranks need are read once across the group and broadcast (ferry.dcp._group).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint import filesystem as _fs
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
+from torch.futures import Future
+
+from ._record import HEAD_BYTES, TAIL_BYTES, LayoutCache, checkpoint_error, tensor_of
+from ._reads import (DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name,
+                     read_pieces)
+
+
+class _Record:
+    """One record of a .distcp file: its edges, or all of it when it is small."""
+
+    def __init__(self, path: str, offset: int, length: int, whole: bool = False) -> None:
+        self.path, self.offset, self.length = path, offset, length
+        self.whole = whole or length <= HEAD_BYTES + TAIL_BYTES
+        self.head = np.empty(length if self.whole else HEAD_BYTES, np.uint8)
+        self.tail = np.empty(0 if self.whole else TAIL_BYTES, np.uint8)
+
+    def pieces(self) -> list:
+        out = [(self.path, self.offset, torch.from_numpy(self.head))]
+        if self.tail.size:
+            out.append((self.path, self.offset + self.length - self.tail.size,
+                        torch.from_numpy(self.tail)))
+        return out
+
+
+class FileSystemReader(_fs.FileSystemReader):
+    """A drop-in for ``torch.distributed.checkpoint.FileSystemReader``: ``dcp.load(state_dict,
+    storage_reader=ferry.dcp.FileSystemReader(path))``. Reads land in the tensors DCP resolves
+    (GPU or host) with at most ``memory_budget`` bytes (default 1 GiB) of staging buffers for
+    the parts that cannot (reshards along an inner dimension, dtype conversions).
+
+    With torch.distributed initialized, ``group`` (default: the default group) and ``dedup``
+    (default True): bytes that several ranks need are read once by the group and shared over
+    its backend (gloo: host memory, NCCL: GPU memory); ``dedup=False`` has every rank read what
+    it needs itself. Thread safety: one load at a time per reader."""
+
+    def __init__(self, path: str | os.PathLike, _extension_registry: Any = None, *,
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, dedup: bool = True,
+                 group: Any = None, timeout: float = 300.0) -> None:
+        super().__init__(path, _extension_registry)
+        self.memory_budget = int(memory_budget)
+        self.dedup = dedup
+        self.group = group
+        self.timeout = float(timeout)
+        self.stats: dict = {}
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        if not os.path.exists(path):
+            folder = os.fspath(self.path)
+            left = sorted(f for f in os.listdir(folder) if f.endswith((".distcp", ".tmp"))) \
+                if os.path.isdir(folder) else []
+            reason = ("no %s: the save that wrote %s did not finish" % (os.path.basename(path),
+                      ", ".join(left[:4]) + (" ..." if len(left) > 4 else "")) if left else
+                      "no %s: not a DCP checkpoint" % os.path.basename(path))
+            raise checkpoint_error(folder, None, reason)
+        return super().read_metadata(*args, **kwargs)
+
+    def _source_path(self, relative: str) -> str:
+        return os.path.join(os.fspath(self.path), relative)
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
+        if any(getattr(self.storage_data[r.storage_index], "transform_descriptors", None)
+               for r in plan.items):
+            raise checkpoint_error(os.fspath(self.path), None, "stream extensions "
+                                   "(transform_descriptors) are not supported by ferry's reader")
+        from . import _group
+
+        shared = _group.group_for(self) if self.dedup else None
+        files = Files()
+        self.layouts = LayoutCache()
+        try:
+            if shared is not None:
+                self.stats = _group.read_shared(self, plan, planner, files, shared)
+            else:
+                self.stats = self._read_local(plan.items, planner, files)
+        finally:
+            files.close()
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
+
+    def records(self, items: list, files: Files) -> dict:
+        """The record of each item's storage index, its edges read (one batch, all files)."""
+        recs: dict = {}
+        ranges = []
+        for req in items:
+            info = self.storage_data[req.storage_index]
+            key = (info.relative_path, info.offset)
+            if key not in recs:
+                path = self._source_path(info.relative_path)
+                recs[key] = _Record(path, info.offset, info.length,
+                                    whole=req.type == LoadItemType.BYTE_IO)
+                ranges.append((path, info.offset, info.length, item_name(req)))
+        check_ranges(ranges)
+        read_pieces(files, [p for r in recs.values() for p in r.pieces()])
+        return recs
+
+    def _read_local(self, items: list, planner: LoadPlanner, files: Files) -> dict:
+        recs = self.records(items, files)
+        reader = ItemReader(planner, files, self.memory_budget)
+        for req in items:
+            info = self.storage_data[req.storage_index]
+            rec = recs[(info.relative_path, info.offset)]
+            self.resolve(req, rec, reader)
+        reader.flush()
+        return {"bytes_read": reader.bytes_read + sum(r.head.size + r.tail.size for r in recs.values())}
+
+    def resolve(self, req: Any, rec: _Record, reader: ItemReader) -> None:
+        """Hands one item to the reader: byte records and small records from what was read,
+        the rest as byte ranges of the file."""
+        name = item_name(req)
+        if req.type == LoadItemType.BYTE_IO:
+            self.planner_load_bytes(reader.planner, req, rec.head.tobytes())
+            return
+        head = rec.head.tobytes()
+        layout = self.layouts.layout(head, rec.tail.tobytes(), rec.length, rec.path, name)
+        src = Source(rec.path, rec.offset + layout.data_offset, layout.tensor, name)
+        if rec.whole:
+            reader.add_loaded(req, tensor_of(torch.from_numpy(rec.head), layout), src)
+        else:
+            reader.add(req, src)
+
+    @staticmethod
+    def planner_load_bytes(planner: LoadPlanner, req: Any, data: bytes) -> None:
+        planner.load_bytes(req, io.BytesIO(data))

@@ -1,0 +1,152 @@
+"""The read side shared by ferry.dcp's readers: DCP read items resolved to byte ranges of files,
+read by ferry straight into the tensors DCP resolves.
+
+A read item's source is a tensor stored in a file at ``base`` (the first byte of its storage)
+with a layout (dtype, shape, strides, storage offset; a tensor on the meta device). The part the
+item asks for (``storage_offsets`` and ``lengths``) is one byte range when it is contiguous in
+the file; when the destination is contiguous too and of the same dtype, the range is read
+straight into it. Anything else (a reshard along an inner dimension, a dtype the planner
+converts, a destination that is a strided view) is read into a staging buffer on the
+destination's device and copied from there. Staging buffers of one round stay under the
+memory budget; the reads of a round go to ferry as one batch per device.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index
+
+from .. import _ferry
+from ._record import checkpoint_error
+
+DEFAULT_MEMORY_BUDGET = 1 << 30
+
+
+class Source(NamedTuple):
+    path: str           # absolute path of the file
+    base: int           # file offset of the storage's first byte
+    layout: torch.Tensor  # meta tensor: dtype, shape, strides, storage offset
+    name: str           # the tensor's name, for errors
+
+
+def item_name(req: Any) -> str:
+    """The tensor a read item is part of, for errors: its name, and the chunk's offsets when it
+    is one chunk of a sharded tensor."""
+    idx = req.storage_index
+    return idx.fqn if not idx.offset or not any(idx.offset) else "%s@%s" % (idx.fqn, list(idx.offset))
+
+
+def bytes_view(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
+class _Staged(NamedTuple):
+    req: Any
+    target: torch.Tensor
+    buf: torch.Tensor
+    view: torch.Tensor   # the part asked for, relative to buf's first element
+
+
+class Files:
+    """ferry Files opened once per load, closed at its end."""
+
+    def __init__(self) -> None:
+        self.open: dict = {}
+
+    def get(self, path: str) -> Any:
+        f = self.open.get(path)
+        if f is None:
+            f = self.open[path] = _ferry.File(path, "r")
+        return f
+
+    def close(self) -> None:
+        for f in self.open.values():
+            f.close()
+        self.open = {}
+
+
+def read_pieces(files: Files, pieces: list) -> None:
+    """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU)."""
+    by_device: dict = {}
+    for path, offset, buf in pieces:
+        if buf.numel():
+            by_device.setdefault(str(buf.device), []).append((files.get(path), offset, buf))
+    futures = [_ferry.read_batch(group) for group in by_device.values()]
+    for fut in futures:
+        fut.result()
+
+
+def check_ranges(ranges: list) -> None:
+    """Each (path, offset, length, name) lies inside its file: a truncated or missing file is
+    named, with the tensor, before any byte is read."""
+    sizes: dict = {}
+    for path, offset, length, name in ranges:
+        if path not in sizes:
+            try:
+                sizes[path] = os.stat(path).st_size
+            except FileNotFoundError:
+                raise checkpoint_error(path, name, "the file is missing") from None
+        if offset + length > sizes[path]:
+            raise checkpoint_error(path, name, "needs bytes [%d, %d) but the file has %d bytes: "
+                                   "it is truncated" % (offset, offset + length, sizes[path]))
+
+
+class ItemReader:
+    """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory."""
+
+    def __init__(self, planner: Any, files: Files, budget: int) -> None:
+        self.planner, self.files, self.budget = planner, files, max(1, int(budget))
+        self.direct: list = []     # (path, offset, buf)
+        self.commits: list = []    # (req, target) whose bytes land directly
+        self.staged: list = []
+        self.staged_bytes = 0
+        self.bytes_read = 0
+
+    def add(self, req: Any, src: Source) -> None:
+        view = narrow_tensor_by_index(src.layout, req.storage_offsets, req.lengths)
+        target = self.planner.resolve_tensor(req).detach()
+        if target.size() != view.size():
+            raise checkpoint_error(src.path, src.name, "the checkpoint holds a %s chunk where the "
+                                   "state dict wants %s" % (list(view.size()), list(target.size())))
+        item = view.element_size()
+        if view.numel() == 0:
+            self.commits.append((req, target))
+        elif view.is_contiguous() and target.is_contiguous() and target.dtype == view.dtype:
+            self.direct.append((src.path, src.base + view.storage_offset() * item, bytes_view(target)))
+            self.commits.append((req, target))
+            self.bytes_read += view.numel() * item
+        else:
+            first = view.storage_offset()
+            last = first + sum((n - 1) * s for n, s in zip(view.size(), view.stride()))
+            span = (last - first + 1) * item
+            if self.staged and self.staged_bytes + span > self.budget:
+                self.flush()
+            buf = torch.empty(span, dtype=torch.uint8, device=target.device)
+            rel = buf.view(view.dtype).as_strided(view.size(), view.stride(), 0)
+            self.direct.append((src.path, src.base + first * item, buf))
+            self.staged.append(_Staged(req, target, buf, rel))
+            self.staged_bytes += span
+            self.bytes_read += span
+
+    def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
+        """An item whose whole record was read already (small records): copied from host."""
+        target = self.planner.resolve_tensor(req).detach()
+        part = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+        if target.size() != part.size():
+            raise checkpoint_error(src.path, src.name, "the checkpoint holds a %s chunk where the "
+                                   "state dict wants %s" % (list(part.size()), list(target.size())))
+        target.copy_(part)
+        self.planner.commit_tensor(req, target)
+
+    def flush(self) -> None:
+        """Reads what was added, copies the staged parts and commits every item."""
+        read_pieces(self.files, self.direct)
+        for s in self.staged:
+            s.target.copy_(s.view)
+            self.planner.commit_tensor(s.req, s.target)
+        for req, target in self.commits:
+            self.planner.commit_tensor(req, target)
+        self.direct, self.commits, self.staged, self.staged_bytes = [], [], [], 0

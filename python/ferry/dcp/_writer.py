@@ -1,0 +1,212 @@
+"""ferry.dcp.FileSystemWriter: torch.distributed.checkpoint's FileSystemWriter whose bytes move
+through ferry's engine.
+
+Planning, metadata and the files stay DCP's own (the same ``__<rank>_<n>.distcp`` files, the same
+records, the same ``.metadata``): only ``write_data`` changes. Each file is laid out first (the
+byte records, then each tensor's torch.save record around its storage), then written in one go:
+the small records from host memory, each tensor's storage straight from its own memory, GPU
+or host, by ferry's parallel writes (no pageable copy of a GPU tensor). A file is written as
+``<name>.tmp``, synced when ``sync_files`` (the default) and renamed into place; the folder's
+old ``.metadata`` is removed before any data file is written and the new one is written last,
+so a folder whose save did not finish has no ``.metadata`` and is refused by every reader.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint import filesystem as _fs
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from .. import _ferry
+from ._record import Skeleton, skeleton
+
+_METADATA = ".metadata"
+
+
+def _bytes_view(t: torch.Tensor) -> torch.Tensor:
+    """A flat uint8 view of a contiguous tensor's bytes (any dtype, 0-d included)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
+class _FileLayout:
+    """The pieces of one .distcp file in file order: (offset, host bytes or tensor)."""
+
+    def __init__(self) -> None:
+        self.pieces: list = []
+        self.size = 0
+        self.results: list = []
+        self.has_gpu = False
+
+    def add_bytes(self, data: bytes | memoryview) -> int:
+        at = self.size
+        if len(data):
+            self.pieces.append((at, np.frombuffer(data, dtype=np.uint8)))
+        self.size += len(data)
+        return at
+
+    def add_tensor(self, t: torch.Tensor, sk: Skeleton) -> int:
+        at = self.add_bytes(sk.head)
+        if sk.nbytes:
+            self.pieces.append((self.size, _bytes_view(t)))
+            self.has_gpu = self.has_gpu or t.is_cuda
+            self.size += sk.nbytes
+            self.add_bytes(sk.tail)
+        return at
+
+
+def remove_commit_file(folder: str, name: str, *, sync: bool) -> None:
+    """Removes a checkpoint's commit file (``.metadata``, the index) before a save writes any
+    data file, so a save that does not finish leaves a folder no reader takes for complete."""
+    old = os.path.join(folder, name)
+    if os.path.exists(old):
+        os.remove(old)
+        if sync:
+            _fsync_dir(folder)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileSystemWriter(_fs.FileSystemWriter):
+    """A drop-in for ``torch.distributed.checkpoint.FileSystemWriter`` (the same arguments)
+    whose writes go through ferry: ``dcp.save(state_dict,
+    storage_writer=ferry.dcp.FileSystemWriter(path))``.
+
+    ``sync_files`` (default True): each file is synced before it is renamed into place and the
+    folder after, so a finished save survives a power loss. ``thread_count`` keeps torch's
+    meaning of files per rank (ferry's writes are parallel within a file either way);
+    ``per_thread_copy_ahead`` is accepted and unused (nothing is copied to host memory first).
+    Only ``SerializationFormat.TORCH_SAVE`` (DCP's default) and no stream extensions are
+    supported. For ``dcp.async_save`` the state dict is staged in pinned host memory when CUDA
+    is available (see :meth:`stage`)."""
+
+    def __init__(self, path: str | os.PathLike, single_file_per_rank: bool = True,
+                 sync_files: bool = True, thread_count: int = 1,
+                 per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
+                 overwrite: bool = True, _extensions: Any = None,
+                 serialization_format: Any = _fs.SerializationFormat.TORCH_SAVE) -> None:
+        if _extensions:
+            raise ValueError("ferry.dcp.FileSystemWriter: stream extensions are not supported")
+        if serialization_format != _fs.SerializationFormat.TORCH_SAVE:
+            raise ValueError("ferry.dcp.FileSystemWriter writes DCP's torch_save format; for "
+                             "safetensors use ferry.dcp.HuggingFaceStorageWriter")
+        super().__init__(path, single_file_per_rank=single_file_per_rank, sync_files=sync_files,
+                         thread_count=thread_count, per_thread_copy_ahead=per_thread_copy_ahead,
+                         cache_staged_state_dict=cache_staged_state_dict, overwrite=overwrite)
+
+    # Durability: the old .metadata goes before any data file of this save is written (the
+    # global plan is made on the coordinator before any rank writes), and comes back last.
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        plans = super().prepare_global_plan(plans)
+        remove_commit_file(os.fspath(self.path), _METADATA, sync=self.sync_files)
+        return plans
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        plan = super().prepare_local_plan(plan)
+        if not self.use_collectives and self.rank is not None:  # each rank commits its own
+            remove_commit_file(os.fspath(self.path), "__%d%s" % (self.rank, _METADATA),
+                               sync=self.sync_files)
+        return plan
+
+    def stage(self, state_dict: Any) -> Any:
+        """A copy of ``state_dict`` in host memory for ``dcp.async_save``: pinned when CUDA is
+        available, so the copy out of GPU memory runs at the DMA rate and ferry writes it with
+        no further copy. With ``cache_staged_state_dict`` the copy is made once and reused by
+        later saves (pageable without CUDA, where torch's writer fails to pin it)."""
+        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+        self.per_thread_copy_ahead = 0
+        pin = torch.cuda.is_available()
+        if not self.cache_staged_state_dict:
+            staged = _create_cpu_state_dict(state_dict, pin_memory=pin)
+            return _copy_state_dict(state_dict, staged, type_check=self.type_check)
+        if self.state_dict_cache is None:
+            self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=pin)
+        return _copy_state_dict(state_dict, self.state_dict_cache, type_check=self.type_check)
+
+    def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
+        jobs = []
+        while True:
+            try:
+                jobs.append(file_queue.get_nowait())
+            except queue.Empty:
+                break
+        results: list = []
+        done: list = []
+        try:
+            for path, storage_key, items in jobs:
+                layout = self._layout(planner, storage_key, items)
+                done.append(self._write_file(os.fspath(path), layout))
+                results += layout.results
+        except BaseException:  # nothing of a failed save stays behind
+            for path in done:
+                if os.path.exists(path):
+                    os.remove(path)
+            raise
+        if self.sync_files and jobs:
+            _fsync_dir(os.fspath(self.path))
+        fut: Future = Future()
+        fut.set_result(results)
+        return fut
+
+    def _layout(self, planner: SavePlanner, storage_key: str, items: list) -> _FileLayout:
+        """Byte records first, then tensors (torch's order within a file)."""
+        layout = _FileLayout()
+        skeletons: dict = {}
+        for item in (i for i in items if i.type == WriteItemType.BYTE_IO):
+            data = planner.resolve_data(item)
+            at = layout.add_bytes(data.getbuffer())
+            layout.results.append(self._result(item, storage_key, at, layout.size - at))
+        for item in (i for i in items if i.type != WriteItemType.BYTE_IO):
+            t = planner.resolve_data(item).detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            key = (tuple(t.shape), t.dtype)
+            sk = skeletons.get(key)
+            if sk is None:
+                sk = skeletons[key] = skeleton(*key)
+            at = layout.add_tensor(t, sk)
+            layout.results.append(self._result(item, storage_key, at, sk.length))
+        return layout
+
+    @staticmethod
+    def _result(item: Any, storage_key: str, offset: int, length: int) -> WriteResult:
+        return WriteResult(index=item.index, size_in_bytes=length,
+                           storage_data=_fs._StorageInfo(storage_key, offset, length))
+
+    def _write_file(self, path: str, layout: _FileLayout) -> str:
+        """Writes the file as path.tmp, then renames it into place; returns the path."""
+        tmp = path + ".tmp"
+        if layout.has_gpu:
+            torch.cuda.synchronize()  # the tensors' producers, on torch's streams, are done
+        try:
+            with _ferry.File(tmp, "w") as f:
+                futures = [f.pwrite(buf, at) for at, buf in layout.pieces]
+                errors = []
+                for fut in futures:  # every write ends before the file closes, failed or not
+                    try:
+                        fut.result()
+                    except BaseException as e:
+                        errors.append(e)
+                if errors:
+                    raise errors[0]
+                if self.sync_files:
+                    f.sync()
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        return path
