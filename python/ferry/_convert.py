@@ -129,30 +129,11 @@ def host_to_numpy(a: _ferry.Array):
     return a._host_bytes().view(dt).reshape(a.shape, order=a.order)
 
 
-def numpy_viewable(name: str) -> bool:
-    """Whether numpy has an element type for ferry's dtype `name` here, so that numpy_views can
-    view a tensor of it."""
-    return numpy_dtype(name, "<") is not None
-
-
-def numpy_views(block: Any, entries: Sequence) -> Iterator[tuple[str, Any]]:
-    """(name, numpy view) for each tensor of a host load's shared block (the `views` form of
-    _ferry.load_checkpoint): one ndarray made per tensor over one view of the block, its dtype
-    looked up once per type. 100,000 tensors took 1.3 us each this way, against about 9 us for
-    an Array object and a conversion call each, on the CPU machine. Fresh tensors are
-    little-endian, C order."""
-    buf = None if block is None else block._host_bytes()
-    dts: dict = {}
-    nd = np.ndarray
-    for e in entries:
-        if len(e) == 2:  # a dtype numpy has none for here: the Array itself, as host_to_numpy gives
-            yield e[0], host_to_numpy(e[1])
-            continue
-        name, dname, shape, off = e
-        dt = dts.get(dname)
-        if dt is None:
-            dt = dts[dname] = numpy_dtype(dname, "<")
-        yield name, (nd(shape, dt, buf, off) if off >= 0 else np.empty(shape, dtype=dt))
+def numpy_view_dtype(name: str) -> Any:
+    """The numpy dtype of fresh tensors of ferry's dtype `name` (little-endian, C order), for
+    the numpy views a host checkpoint load makes of its block in one loop in C++ (the `views`
+    form of _ferry.load_checkpoint); None when numpy has none here."""
+    return numpy_dtype(name, "<")
 
 
 def library_of(like: Any) -> tuple[str | None, str | None]:

@@ -189,6 +189,12 @@ def fromfile_into(
     path: _Path, dtype: str, out: Array, count: int = -1, offset: int = 0, keep_byte_order: bool = False
 ) -> Array: ...
 
+class CheckpointPlan(Sequence[dict[str, Any]]):
+    """A load's plan (stats["plan"]): one dict per tensor, made when read."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> dict[str, Any]: ...  # type: ignore[override]
+
 class OpenCheckpoint:
     """A checkpoint whose headers were read and validated once (distributed loads)."""
 
