@@ -387,10 +387,10 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
         tensors = tensors.state_dict()
     if not isinstance(tensors, Mapping):
         raise UsageError("save_checkpoint takes a dict name -> array (or a module)")
-    arrays = _plain_items(tensors)
-    if arrays is None:
-        arrays = [(text_key(p, "tensor name", k), as_ferry(v)) for k, v in tensors.items()]
-    return _ferry.save_checkpoint(os.fspath(p), arrays, _parse_size(max_shard_size),
+    items = _plain_items(tensors)
+    if items is None:
+        items = ([text_key(p, "tensor name", k) for k in tensors], [as_ferry(v) for v in tensors.values()])
+    return _ferry.save_checkpoint(os.fspath(p), *items, _parse_size(max_shard_size),
                                   {str(k): str(v) for k, v in (metadata or {}).items()})
 
 
@@ -398,15 +398,15 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
 _PLAIN_KINDS = frozenset("biuf")
 
 
-def _plain_items(tensors: Mapping) -> list | None:
-    """(name, Array) for every item when all are str names of UTF-8 text and numpy arrays of
-    plain dtypes: the arrays imported in one call, without as_ferry's Python work per array
-    (most of the save of 100,000 small tensors on the CPU machine). None otherwise, and for
-    anything as_ferry would copy first (a strided array): the caller then goes item by item."""
+def _plain_items(tensors: Mapping) -> tuple | None:
+    """(names, arrays) when all names are str of UTF-8 text and all values C-contiguous numpy
+    arrays of plain dtypes: the binding imports those itself, without as_ferry's Python work
+    per array (most of the save of 100,000 small tensors on the CPU machine). None otherwise:
+    the caller then goes item by item (as_ferry copies a strided array, names a bad key)."""
     names = list(tensors)
     values = list(tensors.values())
     nd = np.ndarray
-    if not all(type(k) is str for k in names) or not all(type(v) is nd for v in values):
+    if not all(type(k) is str for k in names) or not all(type(v) is nd and v.flags.c_contiguous for v in values):
         return None
     try:
         "".join(names).encode("utf-8")
@@ -414,11 +414,7 @@ def _plain_items(tensors: Mapping) -> list | None:
         return None
     if not all(d.isbuiltin and d.kind in _PLAIN_KINDS and d.byteorder != ">" for d in {v.dtype for v in values}):
         return None
-    try:
-        arrays = _ferry.as_arrays(values)
-    except UsageError:  # not contiguous
-        return None
-    return list(zip(names, arrays))
+    return names, values
 
 
 def set_checkpoint_memory_budget(nbytes: Any) -> None:

@@ -22,6 +22,7 @@
 
 #include "backend/registry.hpp"
 #include "checkpoint/index_json.hpp"
+#include "checkpoint/side_by_side.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
@@ -34,6 +35,9 @@ namespace ferry {
 namespace {
 
 constexpr const char* saved_index_name = "model.safetensors.index.json";
+// Shards written at once: their writes share the engine's workers, and their ends wait on the
+// disk (or, for an object store, on the upload's completion) side by side.
+constexpr std::size_t max_parallel_shards = 8;
 
 // 128 random bits as 32 hex digits: two saves never share one.
 std::string new_generation() {
@@ -133,7 +137,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
             // The index as text, entry by entry (names are unique, checked above): through
             // nlohmann::ordered_json it was an object per tensor, and slower than the shards.
             std::string weight_map;
-            std::uint64_t total = 0;
+            std::vector<std::string> shard_names;
             for (std::size_t k = 0; k < shards.size(); ++k) {
                 char plain[64];
                 std::snprintf(plain, sizeof plain, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
@@ -146,12 +150,20 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                                   generation.c_str(), k + 1, shards.size());
                     name = tagged;
                 }
-                std::string p = under(name);
-                formats::save_safetensors_part(p, shards[k], shard_meta);
-                written.push_back(p);
+                shard_names.push_back(name);
+                written.push_back(under(name));  // removed if the save fails, written or not
                 new_shards.insert(name);
+            }
+            // Side by side: each shard's durable end (fsync, rename, the folder's fsync) waits
+            // for the disk, which one after the other made most of a save of many small
+            // shards; and its header and small pieces are CPU work of their own.
+            checkpoints::side_by_side(shards.size(), max_parallel_shards, [&](std::size_t k) {
+                formats::save_safetensors_part(under(shard_names[k]), shards[k], shard_meta);
+            });
+            std::uint64_t total = 0;
+            for (std::size_t k = 0; k < shards.size(); ++k) {
                 std::string shard_json;
-                formats::append_json_string(shard_json, name);
+                formats::append_json_string(shard_json, shard_names[k]);
                 for (const auto& t : shards[k]) {
                     weight_map += weight_map.empty() ? "\n    " : ",\n    ";
                     formats::append_json_string(weight_map, t.name);

@@ -1,6 +1,7 @@
 #include "formats/safetensors_header.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <limits>
 #include <numeric>
@@ -346,6 +347,15 @@ safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t
 
 void append_json_string(std::string& out, std::string_view s) {
     out += '"';
+    const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
+        const auto c = static_cast<unsigned char>(ch);
+        return c < 0x20 || c == '"' || c == '\\';
+    });
+    if (plain) {  // nearly every name
+        out += s;
+        out += '"';
+        return;
+    }
     for (char ch : s) {
         const auto c = static_cast<unsigned char>(ch);
         if (c == '"' || c == '\\') {
@@ -386,11 +396,8 @@ safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entr
     }
     // The caller has refused duplicate names and '__metadata__' as a tensor's.
     std::uint64_t offset = 0;
-    char number[32];
-    auto append_number = [&](std::uint64_t x) {
-        text.append(number, static_cast<std::size_t>(std::snprintf(number, sizeof number, "%llu",
-                                                                   static_cast<unsigned long long>(x))));
-    };
+    char number[24];
+    auto append_number = [&](std::uint64_t x) { text.append(number, std::to_chars(number, number + sizeof number, x).ptr); };
     for (std::size_t i : order) {
         const auto& e = entries[i];
         auto name = safetensors_name(e.type);
