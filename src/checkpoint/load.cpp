@@ -123,11 +123,14 @@ block_layout lay_out_block(const std::vector<geometry>& geo, const checkpoint_lo
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < n; ++i)
         if (!geo[i].into) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    auto in_file_order = [&](std::size_t x, std::size_t y) {
         bool sx = geo[x].staged, sy = geo[y].staged;
         if (sx != sy) return sy;
         return std::tie(geo[x].file, geo[x].offset) < std::tie(geo[y].file, geo[y].offset);
-    });
+    };
+    // Plans in name order are often in file order too (writers place tensors by name).
+    if (!std::is_sorted(order.begin(), order.end(), in_file_order))
+        std::stable_sort(order.begin(), order.end(), in_file_order);
     std::uint64_t total = 0;
     std::size_t prev = SIZE_MAX;
     for (std::size_t i : order) {
@@ -162,6 +165,7 @@ direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const s
         std::size_t t;
     };
     std::vector<direct_req> direct;
+    direct.reserve(geo.size());
     for (std::size_t i = 0; i < geo.size(); ++i) {
         const geometry& g = geo[i];
         if (g.staged || g.seg_bytes == 0) continue;
@@ -170,9 +174,8 @@ direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const s
         else
             direct.push_back({{g.file, g.offset, g.rows, g.row_bytes, g.seg_bytes, dst, plans[i].route == read_route::span}, i});
     }
-    std::sort(direct.begin(), direct.end(), [](const auto& a, const auto& b) {
-        return std::tie(a.g.file, a.g.offset) < std::tie(b.g.file, b.g.offset);
-    });
+    auto by_place = [](const auto& a, const auto& b) { return std::tie(a.g.file, a.g.offset) < std::tie(b.g.file, b.g.offset); };
+    if (!std::is_sorted(direct.begin(), direct.end(), by_place)) std::sort(direct.begin(), direct.end(), by_place);
     std::vector<gather_request> merged;
     std::vector<std::vector<std::size_t>> merged_tensors;
     for (const auto& dr : direct) {

@@ -351,6 +351,8 @@ detailed_plan make_plan(const checkpoint& c, const checkpoint_load_options& o, s
     detailed_plan d;
     std::vector<std::size_t> chosen = select(c, o.select);
     check_names(c, o, chosen, d.plan);
+    d.plan.tensors.reserve(chosen.size());
+    d.tensors.reserve(chosen.size());
     for (std::size_t idx : chosen) {
         const checkpoint_tensor& t = c.tensors[idx];
         const std::string& file = c.shards[t.shard].path;
