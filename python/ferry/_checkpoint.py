@@ -27,6 +27,9 @@ from ._convert import (
     library_converter,
     host_to_numpy,
     numpy_view_dtype,
+    optional_module,
+    torch_bulk,
+    torch_view_dtype,
     target,
     text_key,
     wraps_without_reading,
@@ -328,12 +331,16 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
         # Into host memory for numpy, the tensors come back as numpy views of their block,
         # made in C++ in one loop, without an Array object each.
         views = numpy_view_dtype if lib in (None, "numpy") and not is_gpu(dev) else None
+        # For PyTorch, as views of one tensor over the block, runs of one shape made at once.
+        bulk = None
+        if lib == "torch" and not dev.startswith("managed") and optional_module("torch") is not None:
+            views, bulk = torch_view_dtype, torch_bulk(dev)
         with _collector_paused():
             arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, [], False,
                                                    False, route, cb, block_allocator(lib, dev),
-                                                   host_to_numpy if views is not None else
-                                                   convert if early else None,
-                                                   import_ahead(lib, dev), views)
+                                                   host_to_numpy if views is not None and bulk is None else
+                                                   convert if early and views is None else None,
+                                                   import_ahead(lib, dev), views, bulk)
             if views is not None:
                 out = CheckpointTensors(arrays)
             else:

@@ -163,6 +163,7 @@ def load_checkpoint(
     convert: Any = None,
     prepare: Any = None,
     views: Any = None,
+    bulk: Any = None,
 ) -> tuple[Any, dict[str, Any]]: ...
 def save_checkpoint(
     folder: str, names: Sequence[str], arrays: list[Any], max_shard_size: int,

@@ -139,11 +139,55 @@ nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& 
     return out;
 }
 
+// A load's fresh tensors as places in their one block, for a caller that wraps them in bulk
+// (PyTorch's views of one block, runs of tensors of one shape made by one unbind): `block` a
+// uint8 Array over the tensors' bytes, and per tensor (name, dtype, shape, offset, nbytes)
+// where views(dtype) gives not None and the tensor's place is aligned to its items, else
+// (name, Array).
+void view_entries(const std::vector<named_array>& tensors, const nb::object& views, nb::object& block,
+                  nb::list& entries) {
+    const unsigned char* lo = nullptr;
+    const unsigned char* hi = nullptr;
+    std::shared_ptr<const void> owner;
+    placement where = placement::host();
+    for (const auto& t : tensors) {
+        if (t.value.nbytes() == 0) continue;
+        const auto* p = static_cast<const unsigned char*>(t.value.data());
+        if (!lo || p < lo) lo = p;
+        if (!hi || p + t.value.nbytes() > hi) hi = p + t.value.nbytes();
+        owner = t.value.owner();
+        where = t.value.where();
+    }
+    if (lo)
+        block = nb::cast(array(owner, const_cast<unsigned char*>(lo), dtype::uint8,
+                               {static_cast<std::int64_t>(hi - lo)}, where));
+    std::map<dtype, std::pair<bool, nb::str>> kinds;
+    for (const auto& t : tensors) {
+        auto it = kinds.find(t.value.type());
+        if (it == kinds.end()) {
+            nb::str name(std::string(to_string(t.value.type())).c_str());
+            it = kinds.emplace(t.value.type(), std::make_pair(!views(name).is_none(), name)).first;
+        }
+        const auto* p = static_cast<const unsigned char*>(t.value.data());
+        const bool aligned = t.value.nbytes() == 0 || (p - lo) % static_cast<std::ptrdiff_t>(size_of(t.value.type())) == 0;
+        if (!it->second.first || !aligned) {
+            entries.append(nb::make_tuple(t.name, nb::cast(t.value)));
+            continue;
+        }
+        const auto& shape = t.value.shape();
+        nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+        for (std::size_t i = 0; i < shape.size(); ++i)
+            PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+        const std::int64_t offset = t.value.nbytes() == 0 ? -1 : p - lo;
+        entries.append(nb::make_tuple(t.name, it->second.second, dims, offset, t.value.nbytes()));
+    }
+}
+
 nb::tuple load(const std::vector<std::string>& sources, const std::string& device, const std::string& kind,
                const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
                bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate,
-               nb::object convert, nb::object prepare, nb::object views) {
+               nb::object convert, nb::object prepare, nb::object views, nb::object bulk) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
     if (as) o.as = parse_dtype(*as).type;
@@ -195,8 +239,14 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     o.while_reading = [&](const std::vector<named_array>& tensors, const checkpoint_plan&) {
         nb::gil_scoped_acquire gil;
         auto t0 = std::chrono::steady_clock::now();
-        if (!views.is_none()) viewed = numpy_views(tensors, views, convert);
-        else
+        if (!views.is_none() && !bulk.is_none()) {
+            nb::object block = nb::none();
+            nb::list entries;
+            view_entries(tensors, views, block, entries);
+            viewed = nb::cast<nb::dict>(bulk(block, entries));
+        } else if (!views.is_none()) {
+            viewed = numpy_views(tensors, views, convert);
+        } else
             for (const auto& t : tensors) {
                 nb::object a = nb::cast(t.value);
                 arrays.append(nb::make_tuple(t.name, convert.is_none() ? a : convert(a)));
@@ -269,6 +319,7 @@ void bind_checkpoint(nb::module_& m) {
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
           "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
           "allocate"_a = nb::none(), "convert"_a = nb::none(), "prepare"_a = nb::none(), "views"_a = nb::none(),
+          "bulk"_a = nb::none(),
           "Loads a checkpoint in one plan. Returns ([(name, Array)], stats). `allocate(n)`, when\n"
           "given, returns the uint8 array of at least n bytes the fresh tensors share. `convert(a)`,\n"
           "when given, wraps each Array while the reads run (it must not read the bytes); the list\n"
@@ -277,7 +328,11 @@ void bind_checkpoint(nb::module_& m) {
           "`views(dtype)`, when given (host loads without into), makes the result (dict, stats):\n"
           "the dict maps each name to a numpy array over the fresh tensors' one block, views(dtype)\n"
           "giving the numpy dtype of a ferry dtype, or None where numpy has none: those tensors are\n"
-          "passed to `convert` as Arrays, and the dict holds what it returned.");
+          "passed to `convert` as Arrays, and the dict holds what it returned. With `bulk` too, the\n"
+          "dict is what bulk(block, entries) returns, made while the reads run: block a uint8 Array\n"
+          "over the fresh tensors (None when they hold no byte), entries (name, dtype, shape, offset\n"
+          "in block or -1 when empty, nbytes), or (name, Array) for a dtype views() gives None for or\n"
+          "a tensor not aligned to its items in the block.");
     m.def(
         "save_checkpoint",
         [](const std::string& folder, const std::vector<std::string>& names, nb::list values,

@@ -492,3 +492,55 @@ def test_gpu_load_with_cupy(ckpt, cupy):
     dst = {"lm_head.weight": cupy.zeros((128, 64), cupy.float32)}
     ferry.load_checkpoint(folder, into=dst, tensors=["lm_head.weight"])
     assert np.array_equal(cupy.asnumpy(dst["lm_head.weight"]), sd["lm_head.weight"].astype(np.float32))
+
+
+def _torch_views_checkpoint(folder):
+    """A checkpoint whose tensors torch views in runs (same dtype and shape, one after the
+    other) and alone: bf16 scales, float32 matrices, a scalar, an empty tensor, integers."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(5)
+    sd = {"layers.%d.scale" % i: torch.randn(16, generator=g).to(torch.bfloat16) for i in range(40)}
+    sd.update({"layers.%d.w" % i: torch.randn(3, 4, generator=g) for i in range(7)})
+    sd["step"] = torch.tensor(7, dtype=torch.int64)
+    sd["empty"] = torch.zeros(0, 3, dtype=torch.float16)
+    sd["ids"] = torch.arange(5, dtype=torch.int32)
+    os.makedirs(folder)
+    keys = sorted(sd)
+    save_file({k: sd[k] for k in keys[:30]}, os.path.join(folder, "model-00001-of-00002.safetensors"))
+    save_file({k: sd[k] for k in keys[30:]}, os.path.join(folder, "model-00002-of-00002.safetensors"))
+    return sd
+
+
+def _check_torch_views(got, sd, device):
+    import torch
+
+    assert list(got) == sorted(sd)
+    for k, v in sd.items():
+        t = got[k]
+        assert isinstance(t, torch.Tensor) and t.dtype == v.dtype and t.shape == v.shape, k
+        assert t.device.type == device, k
+        assert torch.equal(t.cpu(), v), k
+    # views of one block: writing one tensor leaves its neighbours as they were
+    got["layers.3.scale"].fill_(1)
+    assert torch.equal(got["layers.4.scale"].cpu(), sd["layers.4.scale"])
+    assert torch.equal(got["layers.2.scale"].cpu(), sd["layers.2.scale"])
+
+
+def test_torch_tensors_are_views_made_in_runs(tmp_path):
+    """like="torch" into host memory: tensors are views of one tensor over the load's block,
+    each run of one dtype and shape made by one unbind, byte-exact and alive after the result
+    dict is gone."""
+    sd = _torch_views_checkpoint(str(tmp_path / "ck"))
+    got = ferry.load_checkpoint(str(tmp_path / "ck"), like="torch")
+    _check_torch_views(got, sd, "cpu")
+    keep = got["layers.6.w"]
+    del got
+    assert keep.tolist() == sd["layers.6.w"].tolist()
+
+
+def test_torch_tensors_on_the_gpu_are_views_made_in_runs(tmp_path, gpu):
+    sd = _torch_views_checkpoint(str(tmp_path / "ck"))
+    got = ferry.load_checkpoint(str(tmp_path / "ck"), device="cuda", like="torch")
+    _check_torch_views(got, sd, "cuda")
