@@ -11,6 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -85,6 +86,13 @@ nb::dict plan_entry(const tensor_plan& tp) {
     return d;
 }
 
+nb::object shape_tuple(const std::vector<std::int64_t>& shape) {
+    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    for (std::size_t i = 0; i < shape.size(); ++i)
+        PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+    return dims;
+}
+
 // A host load's fresh tensors as numpy arrays over their one block, in a dict by name, made
 // here in one loop: per tensor one ndarray(shape, dtype, buffer, offset) call and one dict
 // entry. Through a tuple per tensor and a loop in Python they cost 2 us a tensor on the CPU
@@ -112,29 +120,53 @@ nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& 
     nb::object ndarray = np.attr("ndarray");
     nb::object empty = np.attr("empty");
     std::map<dtype, nb::object> kinds;
-    nb::dict out;
-    for (const auto& t : tensors) {
+    std::vector<nb::object> values(tensors.size());
+    std::vector<std::size_t> placed;  // tensors viewed over the buffer, in block order below
+    placed.reserve(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
         auto it = kinds.find(t.value.type());
         if (it == kinds.end())
             it = kinds.emplace(t.value.type(), numpy_dtype(nb::str(std::string(to_string(t.value.type())).c_str()))).first;
-        nb::str name(t.name.data(), t.name.size());
-        if (it->second.is_none()) {
-            out[name] = convert(nb::cast(t.value));
-            continue;
-        }
-        const auto& shape = t.value.shape();
-        nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-        for (std::size_t i = 0; i < shape.size(); ++i)
-            PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
-        if (t.value.nbytes() == 0) {
-            out[name] = empty(dims, it->second);
-            continue;
-        }
-        nb::object offset = nb::steal(PyLong_FromSsize_t(static_cast<const unsigned char*>(t.value.data()) - lo));
-        PyObject* args[] = {dims.ptr(), it->second.ptr(), buffer.ptr(), offset.ptr()};
+        if (it->second.is_none()) values[i] = convert(nb::cast(t.value));
+        else if (t.value.nbytes() == 0) values[i] = empty(shape_tuple(t.value.shape()), it->second);
+        else placed.push_back(i);
+    }
+    auto at = [&](std::size_t i) { return static_cast<const unsigned char*>(tensors[i].value.data()); };
+    auto in_block = [&](std::size_t x, std::size_t y) { return at(x) < at(y); };
+    if (!std::is_sorted(placed.begin(), placed.end(), in_block)) std::sort(placed.begin(), placed.end(), in_block);
+    // A run of tensors of one dtype and shape (of one dimension or more) that follow one
+    // another is one ndarray of one more dimension, whose rows numpy hands out as views at C
+    // speed: 0.15 us a tensor, against 0.7 for an ndarray call each.
+    for (std::size_t k = 0; k < placed.size();) {
+        const array& first = tensors[placed[k]].value;
+        std::size_t j = k + 1;
+        if (!first.shape().empty())
+            while (j < placed.size() && tensors[placed[j]].value.type() == first.type() &&
+                   tensors[placed[j]].value.shape() == first.shape() &&
+                   at(placed[j]) == at(placed[k]) + (j - k) * first.nbytes())
+                ++j;
+        std::vector<std::int64_t> shape = first.shape();
+        if (j - k > 1) shape.insert(shape.begin(), static_cast<std::int64_t>(j - k));
+        nb::object dims = shape_tuple(shape);
+        nb::object offset = nb::steal(PyLong_FromSsize_t(at(placed[k]) - lo));
+        PyObject* args[] = {dims.ptr(), kinds[first.type()].ptr(), buffer.ptr(), offset.ptr()};
         nb::object a = nb::steal(PyObject_Vectorcall(ndarray.ptr(), args, 4, nullptr));
         if (!a.is_valid()) throw nb::python_error();
-        if (PyDict_SetItem(out.ptr(), name.ptr(), a.ptr()) != 0) throw nb::python_error();
+        if (j - k == 1) {
+            values[placed[k]] = std::move(a);
+        } else {
+            nb::object rows = nb::steal(PySequence_List(a.ptr()));
+            if (!rows.is_valid()) throw nb::python_error();
+            for (std::size_t r = k; r < j; ++r)
+                values[placed[r]] = nb::borrow(PyList_GET_ITEM(rows.ptr(), static_cast<Py_ssize_t>(r - k)));
+        }
+        k = j;
+    }
+    nb::dict out;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        nb::str name(tensors[i].name.data(), tensors[i].name.size());
+        if (PyDict_SetItem(out.ptr(), name.ptr(), values[i].ptr()) != 0) throw nb::python_error();
     }
     return out;
 }
