@@ -544,3 +544,29 @@ def test_torch_tensors_on_the_gpu_are_views_made_in_runs(tmp_path, gpu):
     sd = _torch_views_checkpoint(str(tmp_path / "ck"))
     got = ferry.load_checkpoint(str(tmp_path / "ck"), device="cuda", like="torch")
     _check_torch_views(got, sd, "cuda")
+
+
+def test_numpy_destinations_are_imported_together_and_checked_by_name(tmp_path):
+    """into= numpy arrays: plain ones (native or explicitly little-endian dtypes, as a host load
+    returns) are imported in one call and filled byte-exact; a read-only or strided one is still
+    refused naming its key, before any byte moves."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(11)
+    sd = {"a": rng.standard_normal((4, 3), dtype=np.float32), "b": np.arange(6, dtype=np.int16),
+          "c": np.array([True, False]), "d": rng.standard_normal(5).astype(np.float16)}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    dst = {k: np.zeros_like(v) for k, v in sd.items()}
+    dst["a"] = np.zeros((4, 3), dtype=np.dtype("<f4"))
+    r = ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=dst)
+    assert r.missing_keys == [] and r.unexpected_keys == []
+    assert all(dst[k].tobytes() == v.tobytes() for k, v in sd.items())
+    ro = {k: np.zeros_like(v) for k, v in sd.items()}
+    ro["b"].flags.writeable = False
+    with pytest.raises(ferry.UsageError, match=r"into\['b'\]"):
+        ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=ro)
+    strided = {k: np.zeros_like(v) for k, v in sd.items()}
+    strided["a"] = np.zeros((4, 6), dtype=np.float32)[:, ::2]
+    with pytest.raises(ferry.UsageError, match=r"into\['a'\]"):
+        ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=strided)
+    assert not ro["a"].any() and not strided["c"].any()  # nothing written
