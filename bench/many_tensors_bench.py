@@ -11,6 +11,7 @@ cache hot, the readers taking turns for --rounds rounds, best of each:
          stats["seconds"] (the library's load, with the making of the result's Python
          objects while the reads run: stats["wrap_seconds"]), stats["open_seconds"] (index and
          headers)
+  into   ferry.load_checkpoint(dir, into=arrays) into numpy arrays made beforehand (no peer)
   save   ferry.save_checkpoint(dir, state, max_shard_size) against safetensors.numpy.save_file
          of the same shards (each into a fresh folder; ferry's save is durable, fsync and
          rename per file, safetensors' leaves the bytes in the page cache)
@@ -130,6 +131,16 @@ def loaders(files, folder, a):
         return len(got)
 
     out = {"ferry_load": (ferry_load, stats)}
+    if not gpu and not a.moe:
+        # Into existing arrays (load_state_dict's use): the destinations made once, outside the clock.
+        dst = {k: np.empty_like(v) for k, v in ferry.load_checkpoint(folder).items()}
+        into_stats = {}
+
+        def ferry_into():
+            got = ferry.load_checkpoint(folder, into=dst)
+            into_stats.update(library=got.stats["seconds"])
+            return len(dst) - len(got.missing_keys)
+        out["ferry_into"] = (ferry_into, into_stats)
     if a.moe or gpu:
         from safetensors.torch import load_file as torch_load_file
 
@@ -255,6 +266,9 @@ def main():
         if "ferry_save" in r:
             fs, ss = r["ferry_save"], r["safetensors_save"]
             row += " %.1f | %.1f | %.2fx |" % (fs["seconds"] * 1e3, ss["seconds"] * 1e3, ss["seconds"] / fs["seconds"])
+        if "ferry_into" in r:
+            row += " into= %.1f ms (%.2f us/tensor, library %.2f) |" % (
+                r["ferry_into"]["seconds"] * 1e3, r["ferry_into"]["seconds"] / n * 1e6, r["ferry_into"]["library"] / n * 1e6)
         for key in ("ferry_raw_read", "instanttensor_buffered"):
             if key in r:
                 row += " %s %.1f ms (%.2f GB/s, ferry %.2fx) |" % (key, r[key]["seconds"] * 1e3, gb / r[key]["seconds"],
