@@ -1,9 +1,10 @@
 // Executing a checkpoint plan. All reads that land in place (whole tensors and dim-0 slices,
 // host row segments) are submitted first as one batch over every shard, coalesced where both
 // the file ranges and the destinations touch. Tensors that need a temporary (span + gather,
-// GPU row segments, dtype conversion) then flow through two slots of temporaries held under
-// the process-wide budget: the reads of one slot overlap the gather and conversion of the
-// other, and the stream is synchronized once per slot reuse, never per tensor.
+// GPU row segments, dtype conversion, and small whole tensors bound for a caller's scattered
+// host buffers, read together where they adjoin in the file) then flow through two slots of
+// temporaries held under the process-wide budget: the reads of one slot overlap the gather and
+// conversion of the other, and the stream is synchronized once per slot reuse, never per tensor.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
