@@ -129,30 +129,11 @@ def host_to_numpy(a: _ferry.Array):
     return a._host_bytes().view(dt).reshape(a.shape, order=a.order)
 
 
-def numpy_viewable(name: str) -> bool:
-    """Whether numpy has an element type for ferry's dtype `name` here, so that numpy_views can
-    view a tensor of it."""
-    return numpy_dtype(name, "<") is not None
-
-
-def numpy_views(block: Any, entries: Sequence) -> Iterator[tuple[str, Any]]:
-    """(name, numpy view) for each tensor of a host load's shared block (the `views` form of
-    _ferry.load_checkpoint): one ndarray made per tensor over one view of the block, its dtype
-    looked up once per type. 100,000 tensors took 1.3 us each this way, against about 9 us for
-    an Array object and a conversion call each, on the CPU machine. Fresh tensors are
-    little-endian, C order."""
-    buf = None if block is None else block._host_bytes()
-    dts: dict = {}
-    nd = np.ndarray
-    for e in entries:
-        if len(e) == 2:  # a dtype numpy has none for here: the Array itself, as host_to_numpy gives
-            yield e[0], host_to_numpy(e[1])
-            continue
-        name, dname, shape, off = e
-        dt = dts.get(dname)
-        if dt is None:
-            dt = dts[dname] = numpy_dtype(dname, "<")
-        yield name, (nd(shape, dt, buf, off) if off >= 0 else np.empty(shape, dtype=dt))
+def numpy_view_dtype(name: str) -> Any:
+    """The numpy dtype of fresh tensors of ferry's dtype `name` (little-endian, C order), for
+    the numpy views a host checkpoint load makes of its block in one loop in C++ (the `views`
+    form of _ferry.load_checkpoint); None when numpy has none here."""
+    return numpy_dtype(name, "<")
 
 
 def library_of(like: Any) -> tuple[str | None, str | None]:
@@ -305,6 +286,62 @@ _TORCH_NAMES = {"bool": "bool", "int8": "int8", "int16": "int16", "int32": "int3
                 "float16": "float16", "bfloat16": "bfloat16", "float32": "float32",
                 "float64": "float64", "complex64": "complex64", "complex128": "complex128",
                 "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+
+
+def torch_view_dtype(name: str) -> Any:
+    """The torch dtype of ferry's dtype `name`, or None where this torch has none."""
+    torch = optional_module("torch")
+    t = _TORCH_NAMES.get(name)
+    return None if torch is None or t is None else getattr(torch, t, None)
+
+
+def torch_bulk(device: str) -> Callable[[Any, Sequence], dict]:
+    """The `bulk` form of _ferry.load_checkpoint for PyTorch: a function (block, entries) ->
+    {name: tensor} that makes the tensors as views of one torch tensor over the block. Each run
+    of tensors of one dtype and shape that follow one another in the block (an MoE model's
+    scales, the experts' matrices) is one narrow, view and unbind: torch makes the run's views
+    in one call, where a DLPack import per tensor cost several microseconds each. A tensor
+    given as an Array (a dtype torch lacks, a place not aligned to its items) is imported
+    alone."""
+    import torch
+    from torch.utils.dlpack import from_dlpack
+
+    convert = library_converter("torch", device)
+    on_gpu = is_gpu(device)
+
+    def run(block: Any, entries: Sequence) -> dict:
+        base = None
+        if block is not None:
+            base = from_dlpack(block.__dlpack__()) if on_gpu else torch.from_numpy(block._host_bytes())
+        values: list = [None] * len(entries)
+        placed = []
+        for i, e in enumerate(entries):
+            if len(e) == 2:
+                values[i] = convert(e[1])
+            elif e[3] < 0:
+                values[i] = torch.empty(e[2], dtype=torch_view_dtype(e[1]), device=device if on_gpu else "cpu")
+            else:
+                placed.append(i)
+        placed.sort(key=lambda i: entries[i][3])
+        k = 0
+        while k < len(placed):
+            _, dname, shape, off, nb = entries[placed[k]]
+            j = k + 1
+            while j < len(placed):
+                e = entries[placed[j]]
+                if e[1] != dname or e[2] != shape or e[3] != off + (j - k) * nb:
+                    break
+                j += 1
+            piece = base.narrow(0, off, (j - k) * nb).view(torch_view_dtype(dname))
+            if j - k == 1:
+                values[placed[k]] = piece.view(shape)
+            else:
+                for i, t in zip(placed[k:j], piece.view((j - k,) + tuple(shape)).unbind(0)):
+                    values[i] = t
+            k = j
+        return dict(zip((e[0] for e in entries), values))
+
+    return run
 
 
 def empty_in_library(lib: str | None, device: str, shape: Sequence[int], dtype_name: str) -> Any:

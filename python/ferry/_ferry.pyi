@@ -163,9 +163,10 @@ def load_checkpoint(
     convert: Any = None,
     prepare: Any = None,
     views: Any = None,
+    bulk: Any = None,
 ) -> tuple[Any, dict[str, Any]]: ...
 def save_checkpoint(
-    folder: str, arrays: Sequence[tuple[str, Array]], max_shard_size: int,
+    folder: str, names: Sequence[str], arrays: list[Any], max_shard_size: int,
     metadata: dict[str, str] = ...,
 ) -> list[str]: ...
 def set_checkpoint_memory_budget(bytes: int) -> None: ...
@@ -188,6 +189,12 @@ def cuda_unavailable_reason() -> str: ...
 def fromfile_into(
     path: _Path, dtype: str, out: Array, count: int = -1, offset: int = 0, keep_byte_order: bool = False
 ) -> Array: ...
+
+class CheckpointPlan(Sequence[dict[str, Any]]):
+    """A load's plan (stats["plan"]): one dict per tensor, made when read."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> dict[str, Any]: ...  # type: ignore[override]
 
 class OpenCheckpoint:
     """A checkpoint whose headers were read and validated once (distributed loads)."""

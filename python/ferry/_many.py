@@ -3,7 +3,7 @@
 Into host memory the files are read whole, each with one pread, by a pool of threads into
 pooled blocks of a few MiB, and their headers (.npy, safetensors) are parsed from that
 memory; the arrays handed out are numpy views of the blocks, as checkpoint loads hand out
-views of their block (_convert.numpy_views). One read a file, not a header read and then a
+views of their block (_ferry.load_checkpoint's views=). One read a file, not a header read and then a
 payload read, because for files of 16-256 KiB the system calls and the Python around them
 cost more than the bytes.
 ferry.read_batch is not used here: opening a ferry.File costs several times what os.open

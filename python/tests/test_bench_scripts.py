@@ -309,3 +309,25 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
     assert all(row["seconds"] > 0 for row in rows)
     for row in rows:
         assert "| %s | %s |" % (row["what"], row["who"]) in r.stdout
+
+
+def test_many_tensors_bench_measures_loads_saves_and_the_moe_shape(tmp_path):
+    # Small counts: every reader and writer is timed and checked for its tensor count, in the
+    # plain shape (numpy) and in the MoE shape (torch, bf16 scales beside matrices).
+    out = tmp_path / "mt.json"
+    r = run([os.path.join(BENCH, "many_tensors_bench.py"), "--dir", str(tmp_path), "--tensors", "300",
+             "--rounds", "1", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out) as f:
+        got = json.load(f)["results"]["300"]
+    for key in ("ferry_load", "safetensors_load", "ferry_into", "ferry_save", "safetensors_save"):
+        assert got[key]["seconds"] > 0, key
+    assert 0 <= got["ferry_load"]["wrap"] <= got["ferry_load"]["library"]
+    assert re.search(r"^\| 300 \| \d+\.\d+ \|", r.stdout, re.M), r.stdout
+    pytest.importorskip("torch")
+    r = run([os.path.join(BENCH, "many_tensors_bench.py"), "--dir", str(tmp_path), "--tensors", "200", "--moe",
+             "--matrices", "3", "--matrix-bytes", "65536", "--rounds", "1", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    with open(out) as f:
+        got = json.load(f)["results"]["200"]
+    assert got["ferry_load"]["seconds"] > 0 and got["safetensors_load"]["seconds"] > 0

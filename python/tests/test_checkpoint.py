@@ -328,14 +328,15 @@ def test_host_loads_are_numpy_views_of_one_block(tmp_path):
     keep = got["i64"]
     del got
     assert keep.tobytes() == sd["i64"].tobytes()
-    # the binding's form: (block, entries), a dtype views() refuses as an Array
-    (block, entries), stats = _ferry.load_checkpoint([str(tmp_path / "model.safetensors")],
-                                                     views=lambda d: d != "int64")
-    assert block.nbytes >= sum(v.nbytes for v in sd.values())
-    by_name = {e[0]: e for e in entries}
-    assert len(by_name["i64"]) == 2 and isinstance(by_name["i64"][1], _ferry.Array)
-    assert by_name["empty"][3] == -1 and by_name["scalar"][2] == ()
-    assert by_name["f32"][1:3] == ("float32", (3, 5))
+    from ferry._convert import numpy_view_dtype
+
+    # the binding's form: {name: ndarray}, a dtype views() refuses passed to convert as an Array
+    got, stats = _ferry.load_checkpoint([str(tmp_path / "model.safetensors")], convert=lambda a: ("converted", a),
+                                        views=lambda d: None if d == "int64" else numpy_view_dtype(d))
+    assert got["i64"][0] == "converted" and isinstance(got["i64"][1], _ferry.Array)
+    assert got["empty"].shape == (0, 4) and got["scalar"].shape == () and got["scalar"] == 2.5
+    assert got["f32"].dtype == np.float32 and got["f32"].shape == (3, 5)
+    assert 0 <= stats["wrap_seconds"] <= stats["seconds"]
 
 
 def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
@@ -491,3 +492,81 @@ def test_gpu_load_with_cupy(ckpt, cupy):
     dst = {"lm_head.weight": cupy.zeros((128, 64), cupy.float32)}
     ferry.load_checkpoint(folder, into=dst, tensors=["lm_head.weight"])
     assert np.array_equal(cupy.asnumpy(dst["lm_head.weight"]), sd["lm_head.weight"].astype(np.float32))
+
+
+def _torch_views_checkpoint(folder):
+    """A checkpoint whose tensors torch views in runs (same dtype and shape, one after the
+    other) and alone: bf16 scales, float32 matrices, a scalar, an empty tensor, integers."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(5)
+    sd = {"layers.%d.scale" % i: torch.randn(16, generator=g).to(torch.bfloat16) for i in range(40)}
+    sd.update({"layers.%d.w" % i: torch.randn(3, 4, generator=g) for i in range(7)})
+    sd["step"] = torch.tensor(7, dtype=torch.int64)
+    sd["empty"] = torch.zeros(0, 3, dtype=torch.float16)
+    sd["ids"] = torch.arange(5, dtype=torch.int32)
+    os.makedirs(folder)
+    keys = sorted(sd)
+    save_file({k: sd[k] for k in keys[:30]}, os.path.join(folder, "model-00001-of-00002.safetensors"))
+    save_file({k: sd[k] for k in keys[30:]}, os.path.join(folder, "model-00002-of-00002.safetensors"))
+    return sd
+
+
+def _check_torch_views(got, sd, device):
+    import torch
+
+    assert list(got) == sorted(sd)
+    for k, v in sd.items():
+        t = got[k]
+        assert isinstance(t, torch.Tensor) and t.dtype == v.dtype and t.shape == v.shape, k
+        assert t.device.type == device, k
+        assert torch.equal(t.cpu(), v), k
+    # views of one block: writing one tensor leaves its neighbours as they were
+    got["layers.3.scale"].fill_(1)
+    assert torch.equal(got["layers.4.scale"].cpu(), sd["layers.4.scale"])
+    assert torch.equal(got["layers.2.scale"].cpu(), sd["layers.2.scale"])
+
+
+def test_torch_tensors_are_views_made_in_runs(tmp_path):
+    """like="torch" into host memory: tensors are views of one tensor over the load's block,
+    each run of one dtype and shape made by one unbind, byte-exact and alive after the result
+    dict is gone."""
+    sd = _torch_views_checkpoint(str(tmp_path / "ck"))
+    got = ferry.load_checkpoint(str(tmp_path / "ck"), like="torch")
+    _check_torch_views(got, sd, "cpu")
+    keep = got["layers.6.w"]
+    del got
+    assert keep.tolist() == sd["layers.6.w"].tolist()
+
+
+def test_torch_tensors_on_the_gpu_are_views_made_in_runs(tmp_path, gpu):
+    sd = _torch_views_checkpoint(str(tmp_path / "ck"))
+    got = ferry.load_checkpoint(str(tmp_path / "ck"), device="cuda", like="torch")
+    _check_torch_views(got, sd, "cuda")
+
+
+def test_numpy_destinations_are_imported_together_and_checked_by_name(tmp_path):
+    """into= numpy arrays: plain ones (native or explicitly little-endian dtypes, as a host load
+    returns) are imported in one call and filled byte-exact; a read-only or strided one is still
+    refused naming its key, before any byte moves."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(11)
+    sd = {"a": rng.standard_normal((4, 3), dtype=np.float32), "b": np.arange(6, dtype=np.int16),
+          "c": np.array([True, False]), "d": rng.standard_normal(5).astype(np.float16)}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    dst = {k: np.zeros_like(v) for k, v in sd.items()}
+    dst["a"] = np.zeros((4, 3), dtype=np.dtype("<f4"))
+    r = ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=dst)
+    assert r.missing_keys == [] and r.unexpected_keys == []
+    assert all(dst[k].tobytes() == v.tobytes() for k, v in sd.items())
+    ro = {k: np.zeros_like(v) for k, v in sd.items()}
+    ro["b"].flags.writeable = False
+    with pytest.raises(ferry.UsageError, match=r"into\['b'\]"):
+        ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=ro)
+    strided = {k: np.zeros_like(v) for k, v in sd.items()}
+    strided["a"] = np.zeros((4, 6), dtype=np.float32)[:, ::2]
+    with pytest.raises(ferry.UsageError, match=r"into\['a'\]"):
+        ferry.load_checkpoint(str(tmp_path / "model.safetensors"), into=strided)
+    assert not ro["a"].any() and not strided["c"].any()  # nothing written

@@ -1,5 +1,7 @@
 #include "ferry/array.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <limits>
 #include <new>
@@ -14,12 +16,27 @@ namespace {
 // meet a misaligned start.
 constexpr std::size_t host_alignment = 64;
 
+// Host allocations from this size on are mapped with transparent huge pages asked for (where
+// the system sets them to "madvise", as the CPU machine does): the block of a checkpoint of
+// 100,000 small tensors (100 MB) took 25,000 page faults on first touch in 4 KiB pages, 50 in
+// 2 MiB ones. Smaller ones stay with the allocator.
+constexpr std::size_t huge_from = 4 << 20;
+
+std::shared_ptr<const void> map_huge(std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused, the pages are small, not wrong
+    return std::shared_ptr<const void>(p, [bytes](const void* q) { ::munmap(const_cast<void*>(q), bytes); });
+}
+
 std::shared_ptr<const void> allocate(std::size_t n, const placement& where) {
     // Zero-byte arrays still get a distinct, valid pointer: consumers of DLPack and of data()
     // may not expect null.
     std::size_t bytes = n == 0 ? 1 : n;
     switch (where.kind) {
     case memory_kind::host: {
+        if (bytes >= huge_from)
+            if (auto m = map_huge(bytes)) return m;
         void* p = ::operator new(bytes, std::align_val_t{host_alignment});
         return std::shared_ptr<const void>(
             p, [](const void* q) { ::operator delete(const_cast<void*>(q), std::align_val_t{host_alignment}); });

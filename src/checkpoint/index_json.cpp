@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 
 #include <simdjson.h>
 
@@ -19,9 +20,9 @@ using element_type = simdjson::dom::element_type;
 
 index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
                             const std::function<void(const std::string& file)>& on_file) {
-    simdjson::dom::parser parser;
+    auto parser = std::make_shared<simdjson::dom::parser>();
     element root;
-    if (auto err = parser.parse(text.data(), text.size()).get(root))
+    if (auto err = parser->parse(text.data(), text.size()).get(root))
         throw format_error(shown_index, "index", std::string("invalid JSON: ") + simdjson::error_message(err));
     if (root.type() != element_type::OBJECT) throw format_error(shown_index, "index", "not a JSON object");
 
@@ -40,25 +41,43 @@ index_json parse_index_json(std::string_view text, const std::string& index_path
             out.metadata[std::string(key)] = value.type() == element_type::STRING ? std::string(std::string_view(value))
                                                                                    : simdjson::to_string(value);
 
-    std::vector<std::pair<std::string, std::optional<std::string>>> entries;
+    // Views into the parser's tape, which `keep` holds; a file is looked up only when it differs
+    // from the previous entry's (an index lists a shard's tensors together).
+    constexpr std::size_t not_a_name = SIZE_MAX;
+    std::vector<weight_entry> entries;
+    entries.reserve(simdjson::dom::object(*weight_map).size());
+    std::string_view last;
+    std::size_t last_file = not_a_name;
+    std::unordered_map<std::string_view, std::size_t> file_of;
     for (auto [tensor, file] : simdjson::dom::object(*weight_map)) {
         if (file.type() != element_type::STRING) {
-            entries.emplace_back(std::string(tensor), std::nullopt);
+            entries.push_back({tensor, not_a_name});
             continue;
         }
-        std::string name{std::string_view(file)};
-        if (on_file) on_file(name);
-        entries.emplace_back(std::string(tensor), std::move(name));
+        std::string_view name(file);
+        if (last_file == not_a_name || name != last) {
+            auto [it, fresh] = file_of.emplace(name, out.files.size());
+            last_file = it->second;
+            if (fresh) {
+                out.files.emplace_back(name);
+                if (on_file) on_file(out.files.back());
+            }
+            last = name;
+        }
+        entries.push_back({tensor, last_file});
     }
-    std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    out.weight_map.reserve(entries.size());
+    auto by_name = [](const weight_entry& a, const weight_entry& b) { return a.tensor < b.tensor; };
+    if (!std::is_sorted(entries.begin(), entries.end(), by_name))
+        std::stable_sort(entries.begin(), entries.end(), by_name);
     for (std::size_t i = 0; i < entries.size(); ++i) {
-        auto& [tensor, file] = entries[i];
-        if (i + 1 < entries.size() && entries[i + 1].first == tensor)
-            throw checkpoint_error(index_path, tensor, "is listed twice in the index's weight_map");
-        if (!file) throw checkpoint_error(index_path, tensor, "weight_map value is not a file name");
-        out.weight_map.emplace_back(std::move(tensor), std::move(*file));
+        const weight_entry& e = entries[i];
+        if (i + 1 < entries.size() && entries[i + 1].tensor == e.tensor)
+            throw checkpoint_error(index_path, std::string(e.tensor), "is listed twice in the index's weight_map");
+        if (e.file == not_a_name)
+            throw checkpoint_error(index_path, std::string(e.tensor), "weight_map value is not a file name");
     }
+    out.weight_map = std::move(entries);
+    out.keep = std::move(parser);
     return out;
 }
 

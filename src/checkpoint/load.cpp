@@ -1,9 +1,10 @@
 // Executing a checkpoint plan. All reads that land in place (whole tensors and dim-0 slices,
 // host row segments) are submitted first as one batch over every shard, coalesced where both
 // the file ranges and the destinations touch. Tensors that need a temporary (span + gather,
-// GPU row segments, dtype conversion) then flow through two slots of temporaries held under
-// the process-wide budget: the reads of one slot overlap the gather and conversion of the
-// other, and the stream is synchronized once per slot reuse, never per tensor.
+// GPU row segments, dtype conversion, and small whole tensors bound for a caller's scattered
+// host buffers, read together where they adjoin in the file) then flow through two slots of
+// temporaries held under the process-wide budget: the reads of one slot overlap the gather and
+// conversion of the other, and the stream is synchronized once per slot reuse, never per tensor.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -50,6 +51,9 @@ array make_block(std::uint64_t bytes, const checkpoint_load_options& o) {
                           to_string(o.where) + " asked");
     return b;
 }
+
+// Largest slot of a load whose temporaries all stay in host memory (see size_slots).
+constexpr std::uint64_t host_slot_bytes = 4ull << 20;
 
 struct piece {
     std::size_t t = 0;  // index into plan.tensors
@@ -123,11 +127,14 @@ block_layout lay_out_block(const std::vector<geometry>& geo, const checkpoint_lo
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < n; ++i)
         if (!geo[i].into) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    auto in_file_order = [&](std::size_t x, std::size_t y) {
         bool sx = geo[x].staged, sy = geo[y].staged;
         if (sx != sy) return sy;
         return std::tie(geo[x].file, geo[x].offset) < std::tie(geo[y].file, geo[y].offset);
-    });
+    };
+    // Plans in name order are often in file order too (writers place tensors by name).
+    if (!std::is_sorted(order.begin(), order.end(), in_file_order))
+        std::stable_sort(order.begin(), order.end(), in_file_order);
     std::uint64_t total = 0;
     std::size_t prev = SIZE_MAX;
     for (std::size_t i : order) {
@@ -162,6 +169,7 @@ direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const s
         std::size_t t;
     };
     std::vector<direct_req> direct;
+    direct.reserve(geo.size());
     for (std::size_t i = 0; i < geo.size(); ++i) {
         const geometry& g = geo[i];
         if (g.staged || g.seg_bytes == 0) continue;
@@ -170,9 +178,8 @@ direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const s
         else
             direct.push_back({{g.file, g.offset, g.rows, g.row_bytes, g.seg_bytes, dst, plans[i].route == read_route::span}, i});
     }
-    std::sort(direct.begin(), direct.end(), [](const auto& a, const auto& b) {
-        return std::tie(a.g.file, a.g.offset) < std::tie(b.g.file, b.g.offset);
-    });
+    auto by_place = [](const auto& a, const auto& b) { return std::tie(a.g.file, a.g.offset) < std::tie(b.g.file, b.g.offset); };
+    if (!std::is_sorted(direct.begin(), direct.end(), by_place)) std::sort(direct.begin(), direct.end(), by_place);
     std::vector<gather_request> merged;
     std::vector<std::vector<std::size_t>> merged_tensors;
     for (const auto& dr : direct) {
@@ -309,7 +316,11 @@ private:
             need_host += up256(host_bytes(p));
             need_dev += up256(dev_bytes(p));
         }
-        hs_ = up256(std::max(d.staging_piece, std::min(need_host, 2 * piece_target)));
+        // Into host memory nothing follows the host slot but a copy: a few MiB keep the reads
+        // large, where slots of 2 x 64 MiB were faulted in afresh by every load (a tenth of a
+        // load of 100,000 small tensors into a caller's arrays, CPU machine).
+        const std::uint64_t slot_cap = gpu_ ? 2 * piece_target : host_slot_bytes;
+        hs_ = up256(std::max(d.staging_piece, std::min(need_host, slot_cap)));
         ds_ = up256(std::max(d.device_piece, std::min(need_dev, 2 * piece_target)));
         slots_ = 2;
         if (2 * (hs_ + ds_) > cap) slots_ = 1;
@@ -320,22 +331,38 @@ private:
         if (need_host + need_dev <= hs_ + ds_) slots_ = 1;  // everything fits in one slot
     }
 
-    /// Batches: consecutive pieces that fit one slot, each piece at its offsets in the slot.
+    /// Whether piece b is read with piece a, as one request: both whole tensors copied as they
+    /// are into host memory (small ones a caller gave destinations for), b's bytes right after
+    /// a's in the same file.
+    bool adjoins(const piece& a, const piece& b) const {
+        const geometry& ga = geo_[a.t];
+        const geometry& gb = geo_[b.t];
+        auto plain = [&](const piece& p, const geometry& g) {
+            return plans_[p.t].route == read_route::whole && !plans_[p.t].convert && !g.where.on_gpu() && g.rows == 1;
+        };
+        return plain(a, ga) && plain(b, gb) && ga.file == gb.file && ga.offset + ga.seg_bytes == gb.offset;
+    }
+
+    /// Batches: consecutive pieces that fit one slot, each piece at its offsets in the slot; a
+    /// piece that adjoins the one before it (see adjoins) right after it, so both are one read.
     void batch_pieces() {
-        std::uint64_t h = 0, dv = 0;
+        std::uint64_t h = 0, dv = 0, end = 0;  // end: where the previous piece's bytes end
         for (std::size_t k = 0; k < pieces_.size(); ++k) {
-            std::uint64_t ph = up256(host_bytes(pieces_[k]));
-            std::uint64_t pd = up256(dev_bytes(pieces_[k]));
-            if (batches_.empty() || h + ph > hs_ || dv + pd > ds_) {
+            const std::uint64_t hb = host_bytes(pieces_[k]);
+            const std::uint64_t pd = up256(dev_bytes(pieces_[k]));
+            const bool joins = k > 0 && !batches_.empty() && adjoins(pieces_[k - 1], pieces_[k]) && end + hb <= hs_;
+            if (!joins && (batches_.empty() || h + up256(hb) > hs_ || dv + pd > ds_)) {
                 batches_.push_back({k, k});
                 h = dv = 0;
             }
-            pieces_[k].host = h;
+            pieces_[k].host = joins ? end : h;
             pieces_[k].dev = dv;
-            h += ph;
+            end = pieces_[k].host + hb;
+            h = up256(end);
             dv += pd;
             batches_.back().last = k + 1;
         }
+        request_of_.resize(batches_.size());
     }
 
     unsigned char* host_slot(std::size_t b) const {
@@ -345,18 +372,27 @@ private:
         return ds_ ? static_cast<unsigned char*>(dev_arena_->data()) + (b % slots_) * ds_ : nullptr;
     }
 
-    /// Each piece is one request, in piece order: a span (one row) or its row segments.
+    /// Each piece is one request, in piece order: a span (one row) or its row segments; a
+    /// piece placed right after the one it adjoins is read with it.
     range_batch submit(std::size_t b) {
         std::vector<gather_request> reqs;
+        std::vector<std::size_t>& request_of = request_of_[b];  // per piece of the batch
+        request_of.clear();
         unsigned char* base = host_slot(b);
         for (std::size_t k = batches_[b].first; k < batches_[b].last; ++k) {
             const piece& p = pieces_[k];
             const geometry& g = geo_[p.t];
             const std::uint64_t at = g.offset + p.r0 * g.row_bytes;
-            if (plans_[p.t].route == read_route::segments)
+            if (k > batches_[b].first && adjoins(pieces_[k - 1], p) &&
+                p.host == pieces_[k - 1].host + host_bytes(pieces_[k - 1])) {
+                reqs.back().width += host_bytes(p);
+                reqs.back().pitch = reqs.back().width;
+            } else if (plans_[p.t].route == read_route::segments) {
                 reqs.push_back({g.file, at, p.r1 - p.r0, g.row_bytes, g.seg_bytes, base + p.host});
-            else
+            } else {
                 reqs.push_back({g.file, at, 1, host_bytes(p), host_bytes(p), base + p.host});
+            }
+            request_of.push_back(reqs.size() - 1);
         }
         return reader_.submit_each(reqs);
     }
@@ -399,7 +435,7 @@ private:
         std::vector<std::exception_ptr> errs = inflight_[b].wait();
         for (std::size_t k = batches_[b].first; k < batches_[b].last; ++k) {
             const piece& p = pieces_[k];
-            std::exception_ptr e = errs[k - batches_[b].first];
+            std::exception_ptr e = errs[request_of_[b][k - batches_[b].first]];
             if (e || done_.failed[p.t]) {
                 if (e) done_.fail(p.t, e);
                 continue;
@@ -424,6 +460,7 @@ private:
     std::vector<piece> pieces_;
     std::vector<batch> batches_;
     std::vector<range_batch> inflight_;
+    std::vector<std::vector<std::size_t>> request_of_;  ///< per batch: each piece's request
     std::uint64_t hs_ = 0, ds_ = 0;
     std::size_t slots_ = 2;
     const array* host_arena_ = nullptr;

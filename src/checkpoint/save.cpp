@@ -14,22 +14,30 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <span>
+#include <string_view>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.hpp"
 #include "checkpoint/index_json.hpp"
+#include "checkpoint/side_by_side.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/safetensors.hpp"
 #include "formats/atomic_write.hpp"
+#include "formats/safetensors_header.hpp"
 
 namespace ferry {
 
 namespace {
 
 constexpr const char* saved_index_name = "model.safetensors.index.json";
+// Shards written at once: their writes share the engine's workers, and their ends wait on the
+// disk (or, for an object store, on the upload's completion) side by side.
+constexpr std::size_t max_parallel_shards = 8;
 
 // 128 random bits as 32 hex digits: two saves never share one.
 std::string new_generation() {
@@ -50,9 +58,8 @@ std::set<std::string> shards_of(const std::string& index) {
         file f(index, open_mode::read);
         std::string text(f.size(), '\0');
         if (!text.empty()) f.read(text.data(), text.size(), 0);
-        std::set<std::string> out;
-        for (auto& [tensor, name] : checkpoints::parse_index_json(text, index, index).weight_map) out.insert(name);
-        return out;
+        const auto files = checkpoints::parse_index_json(text, index, index).files;
+        return {files.begin(), files.end()};
     } catch (const error&) {
         return {};
     }
@@ -82,23 +89,26 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         return folder + (folder.ends_with("/") ? "" : "/") + name;
     };
 
-    std::set<std::string> names;
+    std::unordered_set<std::string_view> names;
+    names.reserve(tensors.size());
     for (const auto& t : tensors)
         if (!names.insert(t.name).second)
             throw usage_error("save_checkpoint: duplicate tensor name '" + t.name + "'");
-    // Greedy in the given order, as huggingface_hub splits a state dict.
-    std::vector<std::vector<named_array>> shards;
+    // Greedy in the given order, as huggingface_hub splits a state dict: each shard a run of
+    // the tensors, not a copy of them.
+    std::vector<std::span<const named_array>> shards;
     std::uint64_t in_shard = 0;
-    for (const auto& t : tensors) {
-        std::uint64_t b = t.value.nbytes();
-        if (shards.empty() || (in_shard > 0 && in_shard + b > max_shard_size)) {
-            shards.emplace_back();
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        std::uint64_t b = tensors[i].value.nbytes();
+        if (in_shard > 0 && in_shard + b > max_shard_size) {
+            shards.emplace_back(tensors.data() + first, i - first);
+            first = i;
             in_shard = 0;
         }
-        shards.back().push_back(t);
         in_shard += b;
     }
-    if (shards.empty()) shards.emplace_back();
+    shards.emplace_back(tensors.data() + first, tensors.size() - first);
 
     const std::string generation = new_generation();
     std::map<std::string, std::string> shard_meta = metadata;
@@ -120,15 +130,14 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         if (shards.size() == 1) {
             // One file is the whole checkpoint: replaced by a rename, it is never a mix.
             std::string p = under("model.safetensors");
-            save_safetensors(p, shards[0], shard_meta);
+            formats::save_safetensors_part(p, shards[0], shard_meta);
             new_shards.insert("model.safetensors");
             written.push_back(p);
         } else {
-            nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-            // Appended, not looked up (names are unique, checked above): an ordered object finds
-            // a key by walking its entries, quadratic in the tensors of a checkpoint.
-            auto& map_entries = weight_map.get_ref<nlohmann::ordered_json::object_t&>();
-            std::uint64_t total = 0;
+            // The index as text, entry by entry (names are unique, checked above): through
+            // nlohmann::ordered_json it was an object per tensor, and slower than the shards.
+            std::string weight_map;
+            std::vector<std::string> shard_names;
             for (std::size_t k = 0; k < shards.size(); ++k) {
                 char plain[64];
                 std::snprintf(plain, sizeof plain, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
@@ -141,22 +150,34 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                                   generation.c_str(), k + 1, shards.size());
                     name = tagged;
                 }
-                std::string p = under(name);
-                save_safetensors(p, shards[k], shard_meta);
-                written.push_back(p);
+                shard_names.push_back(name);
+                written.push_back(under(name));  // removed if the save fails, written or not
                 new_shards.insert(name);
+            }
+            // Side by side: each shard's durable end (fsync, rename, the folder's fsync) waits
+            // for the disk, which one after the other made most of a save of many small
+            // shards; and its header and small pieces are CPU work of their own.
+            checkpoints::side_by_side(shards.size(), max_parallel_shards, [&](std::size_t k) {
+                formats::save_safetensors_part(under(shard_names[k]), shards[k], shard_meta);
+            });
+            std::uint64_t total = 0;
+            for (std::size_t k = 0; k < shards.size(); ++k) {
+                std::string shard_json;
+                formats::append_json_string(shard_json, shard_names[k]);
                 for (const auto& t : shards[k]) {
-                    map_entries.emplace_back(t.name, name);
+                    weight_map += weight_map.empty() ? "\n    " : ",\n    ";
+                    formats::append_json_string(weight_map, t.name);
+                    weight_map += ": ";
+                    weight_map += shard_json;
                     total += t.value.nbytes();
                 }
             }
-            nlohmann::ordered_json j;
-            j["metadata"] = nlohmann::ordered_json::object();
-            for (const auto& [k, v] : metadata) j["metadata"][k] = v;
-            j["metadata"]["total_size"] = total;
-            j["metadata"]["ferry.generation"] = generation;
-            j["weight_map"] = weight_map;
-            std::string text = j.dump(2) + "\n";
+            nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+            for (const auto& [k, v] : metadata) meta[k] = v;
+            meta["total_size"] = total;
+            meta["ferry.generation"] = generation;
+            std::string text = "{\n  \"metadata\": " + meta.dump() + ",\n  \"weight_map\": {" + weight_map +
+                               (weight_map.empty() ? "}\n}\n" : "\n  }\n}\n");
             // The publication: a rename over the old index (an upload over the old object).
             formats::atomic_write w(index);
             w.file().write(text.data(), text.size(), 0);

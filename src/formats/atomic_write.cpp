@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <exception>
 #include <future>
 #include <random>
@@ -92,7 +93,8 @@ bool gatherable(const write_piece& p) {
 
 /// `parts` (in file order) with each run of small host pieces that touch in the file copied
 /// into one buffer of `buffers` and replaced by one piece over it.
-std::vector<write_piece> gather_small(const std::vector<write_piece>& parts, std::vector<std::vector<char>>& buffers) {
+std::vector<write_piece> gather_small(const std::vector<write_piece>& parts,
+                                     std::vector<std::unique_ptr<char[]>>& buffers) {
     std::vector<write_piece> out;
     out.reserve(parts.size());
     for (std::size_t i = 0; i < parts.size();) {
@@ -105,13 +107,14 @@ std::vector<write_piece> gather_small(const std::vector<write_piece>& parts, std
             i = std::max(j, i + 1);
             continue;
         }
-        std::vector<char>& buf = buffers.emplace_back(bytes);
+        // Not zeroed first: every byte is copied over (zeroing cost as much as the copy).
+        char* buf = buffers.emplace_back(new char[bytes]).get();
         std::size_t at = 0;
         for (std::size_t k = i; k < j; ++k) {
-            std::memcpy(buf.data() + at, parts[k].data, parts[k].n);
+            std::memcpy(buf + at, parts[k].data, parts[k].n);
             at += parts[k].n;
         }
-        out.push_back({buf.data(), bytes, parts[i].offset});
+        out.push_back({buf, bytes, parts[i].offset});
         i = j;
     }
     return out;
@@ -213,7 +216,7 @@ void atomic_write::write(const std::vector<write_piece>& pieces) {
     }
     std::stable_sort(parts.begin(), parts.end(),
                      [](const write_piece& a, const write_piece& b) { return a.offset < b.offset; });
-    std::vector<std::vector<char>> gathered;  // alive until every request below has ended
+    std::vector<std::unique_ptr<char[]>> gathered;  // alive until every request below has ended
     parts = gather_small(parts, gathered);
     std::vector<std::future<std::size_t>> pending;
     pending.reserve(parts.size());

@@ -9,6 +9,7 @@
 #include <future>
 #include <set>
 #include <string>
+#include <unordered_set>
 
 #include "array/host_kernels.hpp"
 #include "escape_text.hpp"
@@ -182,9 +183,23 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
 
 void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
                       const std::map<std::string, std::string>& metadata) {
-    std::set<std::string> seen;
+    formats::save_safetensors_part(path, arrays, metadata);
+}
+
+}  // namespace ferry
+
+namespace ferry::formats {
+
+// Per tensor: a name check, a view and a write piece, nothing copied (the shard of a checkpoint
+// of 100,000 small tensors is made of them).
+void save_safetensors_part(const std::string& path, std::span<const named_array> arrays,
+                           const std::map<std::string, std::string>& metadata) {
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(arrays.size());
     std::vector<formats::safetensors_entry> entries;
     std::vector<array> data;
+    entries.reserve(arrays.size());
+    data.reserve(arrays.size());
     // The header is JSON, which holds UTF-8 text only: a name of other bytes (a file's stem,
     // os.fsdecode's surrogates encoded) is refused here, naming it, before anything is written.
     for (const auto& [key, value] : metadata) {
@@ -206,14 +221,16 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
         array a = to_c_order(na.value);
         if (a.endian() != byte_order::little && swap_unit_of(a.type()) > 1)
             a = to_native(a);  // native is little-endian on every machine ferry builds for
-        entries.push_back({na.name, a.type(), a.shape(), a.nbytes()});
         data.push_back(std::move(a));
     }
+    for (std::size_t i = 0; i < data.size(); ++i)
+        entries.push_back({arrays[i].name, data[i].type(), &data[i].shape(), data[i].nbytes()});
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
     std::vector<formats::write_piece> pieces{{layout.prefix.data(), layout.prefix.size(), 0}};
+    pieces.reserve(data.size() + 1);
     for (std::size_t i = 0; i < data.size(); ++i)
         pieces.push_back({data[i].data(), data[i].nbytes(), layout.prefix.size() + layout.offsets[i]});
     formats::save_atomically(path, [&](formats::atomic_write& out) { out.write(pieces); });
 }
 
-}  // namespace ferry
+}  // namespace ferry::formats

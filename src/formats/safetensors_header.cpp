@@ -1,6 +1,8 @@
 #include "formats/safetensors_header.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -39,18 +41,20 @@ struct header_number {
 };
 
 /// One field of an entry as written: absent, a string, an array of numbers, or anything else.
+/// Text is a view into the parser's tape; numbers are items [first, first + count) of the
+/// walk's one pool, so an entry costs no allocation of its own (100,000 tensors made 400,000
+/// of them, a third of the open of such a checkpoint on the CPU machine).
 struct header_field {
-    enum class kind { absent, string, array, other } k = kind::absent;
-    std::string text;                    ///< kind::string
-    std::vector<header_number> items;    ///< kind::array (a nested container is an item not ok)
+    enum class kind : std::uint8_t { absent, string, array, other } k = kind::absent;
+    std::string_view text;   ///< kind::string
+    std::uint32_t first = 0, count = 0;  ///< kind::array (a nested container is an item not ok)
 };
 
 /// A key of the root object: a tensor's entry, or __metadata__.
 struct header_entry {
-    std::string name;
+    std::string_view name;  ///< into the parser's tape
     bool is_object = false;
     header_field dtype, shape, offsets;
-    std::vector<std::pair<std::string, std::optional<std::string>>> metadata;  ///< nullopt: not a string
 };
 
 /// The keys of one JSON object, to refuse duplicates: a short list searched in place (an
@@ -79,49 +83,59 @@ constexpr std::size_t max_array_items = 1024;
 using element = simdjson::dom::element;
 using element_type = simdjson::dom::element_type;
 
+/// The root's entries, views into the parser that made them: valid while it lives. The root's
+/// own keys are checked for duplicates once sorted (a hash set of 12,500 names cost more than
+/// the parse), nested objects' as they are walked.
+struct header_entries {
+    std::vector<header_entry> entries;
+    std::vector<header_number> numbers;
+    std::vector<std::pair<std::string_view, std::optional<std::string_view>>> metadata;  ///< nullopt: not a string
+    std::size_t metadata_entries = 0;  ///< root keys named __metadata__ (more than one is a duplicate)
+};
+
 class header_walk {
 public:
     explicit header_walk(const std::string& file) : file_(file) {}
 
-    std::vector<header_entry> entries(element root) {
-        std::vector<header_entry> out;
-        each_field(root, true, [&](std::string_view key, element value) {
-            header_entry& e = out.emplace_back();
-            e.name = std::string(key);
+    header_entries entries(element root) {
+        header_entries out;
+        out.entries.reserve(simdjson::dom::object(root).size());
+        for (auto [key, value] : simdjson::dom::object(root)) {
+            header_entry& e = out.entries.emplace_back();
+            e.name = key;
             e.is_object = value.type() == element_type::OBJECT;
             if (!e.is_object) {
                 check(value);
             } else if (e.name == "__metadata__") {
-                each_field(value, false, [&](std::string_view k, element v) {
+                if (out.metadata_entries++) continue;  // refused as a duplicate once sorted
+                each_field(value, [&](std::string_view k, element v) {
                     if (v.type() == element_type::STRING) {
-                        e.metadata.emplace_back(std::string(k), std::string(std::string_view(v)));
+                        out.metadata.emplace_back(k, std::string_view(v));
                     } else {
                         check(v);
-                        e.metadata.emplace_back(std::string(k), std::nullopt);
+                        out.metadata.emplace_back(k, std::nullopt);
                     }
                 });
             } else {
-                each_field(value, false, [&](std::string_view k, element v) {
+                each_field(value, [&](std::string_view k, element v) {
                     header_field* f = k == "dtype" ? &e.dtype : k == "shape" ? &e.shape : k == "data_offsets" ? &e.offsets : nullptr;
                     if (!f) check(v);
-                    else if (v.type() == element_type::STRING) f->k = header_field::kind::string, f->text = std::string(std::string_view(v));
-                    else if (v.type() == element_type::ARRAY) f->k = header_field::kind::array, numbers(v, f->items);
+                    else if (v.type() == element_type::STRING) f->k = header_field::kind::string, f->text = std::string_view(v);
+                    else if (v.type() == element_type::ARRAY) f->k = header_field::kind::array, numbers(v, *f, out.numbers);
                     else f->k = header_field::kind::other;
                 });
             }
-        });
+        }
         return out;
     }
 
 private:
-    // fn(key, value) for each field of an object, refusing a key given twice (named as a
-    // tensor at the root, as the header elsewhere).
+    // fn(key, value) for each field of a nested object, refusing a key given twice.
     template <class Fn>
-    void each_field(element obj, bool root, const Fn& fn) {
+    void each_field(element obj, const Fn& fn) {
         key_set keys;
         for (auto [k, v] : simdjson::dom::object(obj)) {
-            if (!keys.insert(k))
-                throw format_error(file_, root ? tensor_field(k) : "header", "duplicate key '" + detail::escape_text(k, 80) + "'");
+            if (!keys.insert(k)) throw format_error(file_, "header", "duplicate key '" + detail::escape_text(k, 80) + "'");
             fn(k, v);
         }
     }
@@ -131,24 +145,26 @@ private:
             throw format_error(file_, "header", "array of more than " + std::to_string(max_array_items) + " items");
     }
 
-    void numbers(element arr, std::vector<header_number>& items) {
+    void numbers(element arr, header_field& f, std::vector<header_number>& pool) {
         std::size_t n = 0;
+        f.first = static_cast<std::uint32_t>(pool.size());
         for (element v : simdjson::dom::array(arr)) {
             count(n);
             switch (v.type()) {
             case element_type::INT64: {
                 std::int64_t x = std::int64_t(v);
-                items.push_back({x >= 0, static_cast<std::uint64_t>(x)});
+                pool.push_back({x >= 0, static_cast<std::uint64_t>(x)});
                 break;
             }
             case element_type::UINT64:
-                items.push_back({true, std::uint64_t(v)});
+                pool.push_back({true, std::uint64_t(v)});
                 break;
             default:
                 check(v);
-                items.push_back({});
+                pool.push_back({});
             }
         }
+        f.count = static_cast<std::uint32_t>(n);
     }
 
     // A value whose content is not kept: its arrays and objects still follow the rules.
@@ -157,15 +173,15 @@ private:
             std::size_t n = 0;
             for (element x : simdjson::dom::array(v)) count(n), check(x);
         } else if (v.type() == element_type::OBJECT) {
-            each_field(v, false, [&](std::string_view, element x) { check(x); });
+            each_field(v, [&](std::string_view, element x) { check(x); });
         }
     }
 
     const std::string& file_;
 };
 
-std::vector<header_entry> read_entries(std::string_view header, const std::string& file) {
-    simdjson::dom::parser parser;
+/// Parses `header` into `parser` and walks it; the entries view the parser's tape.
+header_entries read_entries(simdjson::dom::parser& parser, std::string_view header, const std::string& file) {
     // The document itself is one level more to simdjson than to the count above.
     if (parser.allocate(header.size(), max_depth + 1) != simdjson::SUCCESS) throw std::bad_alloc();
     element root;
@@ -174,7 +190,68 @@ std::vector<header_entry> read_entries(std::string_view header, const std::strin
         throw format_error(file, "header", std::string("invalid JSON: ") + simdjson::error_message(err));
     }
     if (root.type() != element_type::OBJECT) throw format_error(file, "header", "not a JSON object");
-    return header_walk(file).entries(root);
+    header_entries out = header_walk(file).entries(root);
+    // Checked in name order, so that of several bad entries the same one is named every time;
+    // writers mostly give them sorted already.
+    auto by_name = [](const header_entry& a, const header_entry& b) { return a.name < b.name; };
+    if (!std::is_sorted(out.entries.begin(), out.entries.end(), by_name))
+        std::sort(out.entries.begin(), out.entries.end(), by_name);
+    auto twice = std::adjacent_find(out.entries.begin(), out.entries.end(),
+                                    [](const header_entry& a, const header_entry& b) { return a.name == b.name; });
+    if (twice != out.entries.end())
+        throw format_error(file, tensor_field(twice->name), "duplicate key '" + detail::escape_text(twice->name, 80) + "'");
+    return out;
+}
+
+/// One tensor's entry checked against the reference rules (dtype known, shape of non-negative
+/// integers whose product times the item size fits 64 bits and equals the byte range).
+safetensors_tensor_info checked_tensor(const header_entry& e, const std::vector<header_number>& pool,
+                                       const std::string& file) {
+    const std::string_view name = e.name;
+    // Named only for a message: most headers have none to give.
+    auto field = [name] { return tensor_field(name); };
+    using kind = header_field::kind;
+    if (!e.is_object) throw format_error(file, field(), "entry is not an object");
+    if (e.dtype.k == kind::absent || e.shape.k == kind::absent || e.offsets.k == kind::absent)
+        throw format_error(file, field(), "needs dtype, shape and data_offsets");
+    if (e.dtype.k != kind::string) throw format_error(file, field() + " dtype", "not a string");
+    auto type = dtype_from_safetensors_name(e.dtype.text);
+    if (!type) throw format_error(file, field() + " dtype", "unknown dtype '" + std::string(e.dtype.text) + "'");
+    safetensors_tensor_info t;
+    t.name = name;
+    t.type = *type;
+    if (e.shape.k != kind::array) throw format_error(file, field() + " shape", "not an array");
+    // Checked arithmetic: element count x item size must not wrap.
+    std::uint64_t bytes = size_of(t.type);
+    t.shape.reserve(e.shape.count);
+    for (std::uint32_t i = 0; i < e.shape.count; ++i) {
+        const header_number& d = pool[e.shape.first + i];
+        if (!d.ok || d.value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+            throw format_error(file, field() + " shape", "dimension is not a non-negative integer below 2**63");
+        t.shape.push_back(static_cast<std::int64_t>(d.value));
+    }
+    bool zero = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
+    if (zero) {
+        bytes = 0;
+    } else {
+        for (std::int64_t d : t.shape) {
+            auto u = static_cast<std::uint64_t>(d);
+            if (bytes > std::numeric_limits<std::uint64_t>::max() / u)
+                throw format_error(file, field() + " shape", "size overflows 64 bits");
+            bytes *= u;
+        }
+    }
+    const header_number* off = pool.data() + e.offsets.first;
+    if (e.offsets.k != kind::array || e.offsets.count != 2 || !off[0].ok || !off[1].ok)
+        throw format_error(file, field() + " data_offsets", "not a pair of non-negative integers");
+    t.begin = off[0].value;
+    t.end = off[1].value;
+    if (t.end < t.begin) throw format_error(file, field() + " data_offsets", "end before begin");
+    if (t.end - t.begin != bytes)
+        throw format_error(file, field() + " data_offsets",
+                           "byte range of " + std::to_string(t.end - t.begin) +
+                               " bytes does not match shape x dtype (" + std::to_string(bytes) + " bytes)");
+    return t;
 }
 
 }  // namespace
@@ -221,78 +298,31 @@ safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t
     const std::uint64_t buffer_size = file_size - info.data_offset;
 
     if (header.front() != '{') throw format_error(file, "header", "does not start with '{'");
-    std::vector<header_entry> entries = read_entries(header, file);
-    // Checked in name order, so that of several bad entries the same one is named every time.
-    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-    info.tensors.reserve(entries.size());
-
-    for (header_entry& e : entries) {
-        const std::string& name = e.name;
-        if (name == "__metadata__") {
-            if (!e.is_object) throw format_error(file, "__metadata__", "not an object of strings");
-            std::sort(e.metadata.begin(), e.metadata.end(),
-                      [](const auto& a, const auto& b) { return a.first < b.first; });
-            for (auto& [key, value] : e.metadata) {
-                if (!value)
-                    throw format_error(file, "__metadata__", "value of '" + key + "' is not a string");
-                info.metadata.emplace(key, std::move(*value));
-            }
+    simdjson::dom::parser parser;
+    header_entries h = read_entries(parser, header, file);
+    info.tensors.reserve(h.entries.size());
+    for (const header_entry& e : h.entries) {
+        if (e.name != "__metadata__") {
+            info.tensors.push_back(checked_tensor(e, h.numbers, file));
             continue;
         }
-        // Named only for a message: most headers have none to give.
-        auto field = [&name] { return tensor_field(name); };
-        using kind = header_field::kind;
-        if (!e.is_object) throw format_error(file, field(), "entry is not an object");
-        if (e.dtype.k == kind::absent || e.shape.k == kind::absent || e.offsets.k == kind::absent)
-            throw format_error(file, field(), "needs dtype, shape and data_offsets");
-        if (e.dtype.k != kind::string) throw format_error(file, field() + " dtype", "not a string");
-        auto type = dtype_from_safetensors_name(e.dtype.text);
-        if (!type) throw format_error(file, field() + " dtype", "unknown dtype '" + e.dtype.text + "'");
-        safetensors_tensor_info t;
-        t.name = name;
-        t.type = *type;
-        if (e.shape.k != kind::array) throw format_error(file, field() + " shape", "not an array");
-        // Checked arithmetic: element count x item size must not wrap.
-        std::uint64_t bytes = size_of(t.type);
-        t.shape.reserve(e.shape.items.size());
-        for (const header_number& d : e.shape.items) {
-            if (!d.ok || d.value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-                throw format_error(file, field() + " shape", "dimension is not a non-negative integer below 2**63");
-            t.shape.push_back(static_cast<std::int64_t>(d.value));
+        if (!e.is_object) throw format_error(file, "__metadata__", "not an object of strings");
+        std::sort(h.metadata.begin(), h.metadata.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        for (const auto& [key, value] : h.metadata) {
+            if (!value)
+                throw format_error(file, "__metadata__", "value of '" + std::string(key) + "' is not a string");
+            info.metadata.emplace(std::string(key), std::string(*value));
         }
-        bool zero = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
-        if (zero) {
-            bytes = 0;
-        } else {
-            for (std::int64_t d : t.shape) {
-                auto u = static_cast<std::uint64_t>(d);
-                if (bytes > std::numeric_limits<std::uint64_t>::max() / u)
-                    throw format_error(file, field() + " shape", "size overflows 64 bits");
-                bytes *= u;
-            }
-        }
-        const auto& off = e.offsets.items;
-        if (e.offsets.k != kind::array || off.size() != 2 || !off[0].ok || !off[1].ok)
-            throw format_error(file, field() + " data_offsets",
-                               "not a pair of non-negative integers");
-        t.begin = off[0].value;
-        t.end = off[1].value;
-        if (t.end < t.begin) throw format_error(file, field() + " data_offsets", "end before begin");
-        if (t.end - t.begin != bytes)
-            throw format_error(file, field() + " data_offsets",
-                               "byte range of " + std::to_string(t.end - t.begin) +
-                                   " bytes does not match shape x dtype (" +
-                                   std::to_string(bytes) + " bytes)");
-        info.tensors.push_back(std::move(t));
     }
 
     // The tensors must tile the data buffer exactly: sorted by offsets, each starts where the
     // previous ended, from 0 to the end of the file.
     std::vector<const safetensors_tensor_info*> by_offset;
+    by_offset.reserve(info.tensors.size());
     for (const auto& t : info.tensors) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) {
-        return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
+    auto by_begin = [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; };
+    if (!std::is_sorted(by_offset.begin(), by_offset.end(), by_begin))
+        std::sort(by_offset.begin(), by_offset.end(), by_begin);
     std::uint64_t expected = 0;
     for (const auto* t : by_offset) {
         if (t->begin != expected)
@@ -312,11 +342,39 @@ safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t
     if (expected < buffer_size)
         throw format_error(file, "data", std::to_string(buffer_size - expected) +
                                              " trailing bytes after the last tensor");
-    std::sort(info.tensors.begin(), info.tensors.end(),
-              [](const auto& a, const auto& b) { return a.name < b.name; });
-    return info;
+    return info;  // in name order: the entries were sorted
 }
 
+void append_json_string(std::string& out, std::string_view s) {
+    out += '"';
+    const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
+        const auto c = static_cast<unsigned char>(ch);
+        return c < 0x20 || c == '"' || c == '\\';
+    });
+    if (plain) {  // nearly every name
+        out += s;
+        out += '"';
+        return;
+    }
+    for (char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += ch;
+        } else if (c < 0x20) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\u%04x", c);
+            out += esc;
+        } else {
+            out += ch;
+        }
+    }
+    out += '"';
+}
+
+// The JSON is written as text, entry by entry: nlohmann::ordered_json made an object, three
+// values and their strings per tensor, most of a save of 100,000 small tensors on the CPU
+// machine. The metadata (a few strings) still goes through it.
 safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entries,
                                       const std::map<std::string, std::string>& metadata) {
     std::vector<std::size_t> order(entries.size());
@@ -327,34 +385,44 @@ safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entr
     });
     safetensors_layout out;
     out.offsets.resize(entries.size());
-    nlohmann::ordered_json root = nlohmann::ordered_json::object();
-    // Keys are appended, not looked up: an ordered object finds a key by walking its entries,
-    // which made a header of 100,000 tensors cost seconds. The caller has refused duplicate
-    // names and '__metadata__' as a tensor's.
-    auto& keys = root.get_ref<nlohmann::ordered_json::object_t&>();
-    keys.reserve(entries.size() + 1);
+    std::string text = "{";
+    std::size_t guess = 2;
+    for (const auto& e : entries) guess += e.name.size() + 64 + 21 * e.shape->size();
+    text.reserve(guess);
     if (!metadata.empty()) {
         nlohmann::ordered_json m = nlohmann::ordered_json::object();
         for (const auto& [k, v] : metadata) m[k] = v;
-        keys.emplace_back("__metadata__", std::move(m));
+        text += "\"__metadata__\":" + m.dump();
     }
+    // The caller has refused duplicate names and '__metadata__' as a tensor's.
     std::uint64_t offset = 0;
+    char number[24];
+    auto append_number = [&](std::uint64_t x) { text.append(number, std::to_chars(number, number + sizeof number, x).ptr); };
     for (std::size_t i : order) {
         const auto& e = entries[i];
         auto name = safetensors_name(e.type);
         if (!name)
-            throw usage_error("safetensors cannot store dtype " + std::string(to_string(e.type)) +
-                              " (tensor '" + e.name + "')");
+            throw usage_error("safetensors cannot store dtype " + std::string(to_string(e.type)) + " (tensor '" +
+                              std::string(e.name) + "')");
         out.offsets[i] = offset;
-        nlohmann::ordered_json t;
-        t["dtype"] = std::string(*name);
-        t["shape"] = e.shape;
-        t["data_offsets"] = {offset, offset + e.bytes};
-        keys.emplace_back(e.name, std::move(t));
+        if (text.size() > 1) text += ',';
+        append_json_string(text, e.name);
+        text += ":{\"dtype\":\"";
+        text += *name;
+        text += "\",\"shape\":[";
+        for (std::size_t d = 0; d < e.shape->size(); ++d) {
+            if (d) text += ',';
+            append_number(static_cast<std::uint64_t>((*e.shape)[d]));
+        }
+        text += "],\"data_offsets\":[";
+        append_number(offset);
+        text += ',';
+        append_number(offset + e.bytes);
+        text += "]}";
         offset += e.bytes;
     }
+    text += '}';
     out.data_bytes = offset;
-    std::string text = root.dump();
     // Pad with spaces so the data buffer starts 8-byte aligned, as the reference does.
     text.append((8 - text.size() % 8) % 8, ' ');
     std::uint64_t n = text.size();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -26,11 +28,12 @@ safetensors_info read_safetensors_header(const file& f, std::uint64_t size, cons
 safetensors_info parse_safetensors_header(std::string_view header, std::uint64_t file_size,
                                           const std::string& file);
 
-/// One tensor to write: its name, dtype, shape and byte length.
+/// One tensor to write: its name, dtype, shape and byte length (views of the caller's tensor,
+/// which outlives the layout's making).
 struct safetensors_entry {
-    std::string name;
+    std::string_view name;
     ferry::dtype type;
-    std::vector<std::int64_t> shape;
+    const std::vector<std::int64_t>* shape = nullptr;
     std::uint64_t bytes = 0;
 };
 
@@ -45,5 +48,14 @@ struct safetensors_layout {
 };
 safetensors_layout layout_safetensors(const std::vector<safetensors_entry>& entries,
                                       const std::map<std::string, std::string>& metadata);
+
+/// Appends `s` to `out` as a JSON string, quotes included (`s` is UTF-8: '"', '\\' and control
+/// characters escaped, the rest as it is).
+void append_json_string(std::string& out, std::string_view s);
+
+/// save_safetensors of `arrays` (a checkpoint's shard: a part of its tensors, without copying
+/// them out). Implemented in safetensors.cpp.
+void save_safetensors_part(const std::string& path, std::span<const named_array> arrays,
+                           const std::map<std::string, std::string>& metadata);
 
 }  // namespace ferry::formats

@@ -527,6 +527,63 @@ TEST(Checkpoint, IoErrorMidLoadSaysWhichTensorsAreComplete) {
     }
 }
 
+// Small whole tensors read into a caller's host buffers: a run of them adjacent in a shard is
+// one read into a slot and a copy each (far fewer reads than tensors), byte-exact; a failed
+// read fails exactly the tensors it carried, and the others are complete.
+TEST(Checkpoint, SmallDestinationsAdjacentInAShardAreReadTogether) {
+    test::temp_dir dir;
+    std::vector<named_array> all;
+    for (int i = 0; i < 300; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "experts.%03d.scale", i);
+        all.push_back({name, iota({i % 7 + 1, 16}, static_cast<float>(1000 * i))});
+    }
+    all.push_back({"big", iota({128, 256}, 7)});  // 128 KiB: straight into place
+    save_checkpoint(dir.path(), all, 40000);
+    checkpoint c = open_checkpoint(dir.path());
+    ASSERT_GT(c.shards.size(), 1u);
+    checkpoint_load_options o;
+    std::vector<array> dst;
+    for (const auto& t : all) {
+        dst.push_back(array(t.value.type(), t.value.shape()));
+        o.into[t.name] = dst.back();
+    }
+    o.only_into = true;
+    auto l = load_checkpoint(c, o);
+    for (std::size_t i = 0; i < all.size(); ++i) EXPECT_TRUE(same(dst[i], all[i].value)) << all[i].name;
+    EXPECT_LT(l.stats.requests, all.size() / 10);
+    for (const auto& tp : l.plan.tensors) EXPECT_EQ(tp.route, read_route::whole) << tp.name;
+
+    // The third read fails: its tensors are incomplete, every other one complete and exact.
+    static std::atomic<int> preads{0};
+    preads = 0;
+    struct fault_scope {
+        fault_scope() {
+            ferry::sys::hook = [](const char* call, std::size_t*) {
+                if (std::strcmp(call, "pread") != 0 || ++preads != 3) return 0;
+                errno = EIO;
+                return -1;
+            };
+        }
+        ~fault_scope() { ferry::sys::hook = nullptr; }
+    };
+    for (auto& d : dst) std::memset(d.data(), 0, d.nbytes());
+    try {
+        fault_scope faults;
+        load_checkpoint(c, o);
+        ADD_FAILURE() << "no error";
+    } catch (const checkpoint_io_error& e) {
+        EXPECT_FALSE(e.incomplete().empty());
+        EXPECT_FALSE(e.complete().empty());
+        EXPECT_EQ(e.complete().size() + e.incomplete().size(), all.size());
+        for (const auto& name : e.complete()) {
+            auto it = std::find_if(all.begin(), all.end(), [&](auto& t) { return t.name == name; });
+            ASSERT_NE(it, all.end());
+            EXPECT_TRUE(same(dst[static_cast<std::size_t>(it - all.begin())], it->value)) << name;
+        }
+    }
+}
+
 // while_reading sees the tensors at the places the load returns, once, while the reads run;
 // its error fails the load only after every read ended (a caller's destination is complete).
 void check_while_reading(placement where) {

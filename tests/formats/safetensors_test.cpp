@@ -176,8 +176,9 @@ TEST(safetensors, refuses_names_that_are_not_utf8) {
 }
 
 TEST(safetensors_header, layout_is_aligned_and_padded) {
+    const std::vector<std::int64_t> s3{3}, s2{2}, s1{1};
     std::vector<formats::safetensors_entry> e = {
-        {"a", dtype::uint8, {3}, 3}, {"b", dtype::float64, {2}, 16}, {"c", dtype::int16, {1}, 2}};
+        {"a", dtype::uint8, &s3, 3}, {"b", dtype::float64, &s2, 16}, {"c", dtype::int16, &s1, 2}};
     auto l = formats::layout_safetensors(e, {});
     EXPECT_EQ(l.offsets[1], 0u);   // 8-byte items first
     EXPECT_EQ(l.offsets[2], 16u);  // then 2-byte
@@ -185,6 +186,29 @@ TEST(safetensors_header, layout_is_aligned_and_padded) {
     EXPECT_EQ(l.data_bytes, 21u);
     EXPECT_EQ(l.prefix.size() % 8, 0u);
     EXPECT_EQ(l.prefix[8], '{');
+}
+
+// The header is written as text: names that JSON must escape, metadata and shapes of several
+// dimensions read back as they were given.
+TEST(safetensors_header, layout_text_parses_back) {
+    const std::vector<std::int64_t> matrix{2, 3}, scalar{}, empty{0, 5};
+    const std::string odd = std::string("q\"b\\s\x01\n caf\xc3\xa9");
+    std::vector<formats::safetensors_entry> e = {
+        {odd, dtype::float32, &matrix, 24}, {"scalar", dtype::int64, &scalar, 8}, {"empty", dtype::float16, &empty, 0}};
+    auto l = formats::layout_safetensors(e, {{"k\"", "v\\"}, {"format", "pt"}});
+    const std::string header = l.prefix.substr(8);
+    auto info = formats::parse_safetensors_header(header, 8 + header.size() + l.data_bytes, "f");
+    ASSERT_EQ(info.tensors.size(), 3u);
+    EXPECT_EQ(info.metadata.at("k\""), "v\\");
+    EXPECT_EQ(info.metadata.at("format"), "pt");
+    for (std::size_t i = 0; i < e.size(); ++i) {
+        auto it = std::find_if(info.tensors.begin(), info.tensors.end(), [&](auto& t) { return t.name == e[i].name; });
+        ASSERT_NE(it, info.tensors.end()) << i;
+        EXPECT_EQ(it->shape, *e[i].shape);
+        EXPECT_EQ(it->type, e[i].type);
+        EXPECT_EQ(it->begin, l.offsets[i]);
+        EXPECT_EQ(it->end - it->begin, e[i].bytes);
+    }
 }
 
 TEST(safetensors_header, parse_checks_arithmetic) {
