@@ -17,6 +17,7 @@
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "formats/atomic_write.hpp"
+#include "formats/checksum_record.hpp"
 #include "formats/deserialize.hpp"
 #include "formats/safetensors_header.hpp"
 
@@ -130,6 +131,15 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
             if (r.end > r.begin)
                 pending.push_back(f.read_async(base + r.at, r.end - r.begin, info.data_offset + r.begin));
     });
+    if (options.verify != verify_mode::never) {  // the bytes as read, before any conversion
+        std::vector<formats::loaded_view> views;
+        for (std::size_t i = 0; i < by_offset.size(); ++i) {
+            const merged_range& r = ranges[range_of[i]];
+            views.push_back({by_offset[i], {base + r.at + (by_offset[i]->begin - r.begin),
+                                            by_offset[i]->end - by_offset[i]->begin, options.where}});
+        }
+        formats::verify_loaded(info, redact_location(f.path()), views, options.verify, options.stream);
+    }
 
     std::vector<named_array> out;
     out.reserve(wanted.size());
@@ -181,7 +191,9 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
 }
 
 void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& given_metadata, bool checksums) {
+    std::map<std::string, std::string> metadata = given_metadata;
+    metadata.erase(std::string(formats::checksum_key));  // a copied record describes another file
     std::set<std::string> seen;
     std::vector<formats::safetensors_entry> entries;
     std::vector<array> data;
@@ -210,6 +222,11 @@ void save_safetensors(const std::string& path, const std::vector<named_array>& a
         data.push_back(std::move(a));
     }
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
+    if (checksums) {
+        // The offsets do not depend on the header's length: the record goes in, the layout stays.
+        metadata.emplace(formats::checksum_key, formats::make_checksum_record(entries, layout.offsets, data, metadata));
+        layout = formats::layout_safetensors(entries, metadata);
+    }
     std::vector<formats::write_piece> pieces{{layout.prefix.data(), layout.prefix.size(), 0}};
     for (std::size_t i = 0; i < data.size(); ++i)
         pieces.push_back({data[i].data(), data[i].nbytes(), layout.prefix.size() + layout.offsets[i]});
