@@ -16,6 +16,7 @@
 #include "checkpoint/memory_budget.hpp"
 #include "checkpoint/plan.hpp"
 #include "checkpoint/range_reader.hpp"
+#include "checkpoint/verify_load.hpp"
 #include "cuda/deserialize_kernels.hpp"
 #include "cuda/strided_copy.hpp"
 #include "ferry/checkpoint.hpp"
@@ -498,6 +499,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     reader.check_unchanged(c.shards);
     if (done.first_error) done.throw_first_error(c.source, plans);
     if (caller_error) std::rethrow_exception(caller_error);
+    if (o.verify != verify_mode::never) verify_load(c, d, dst_of, o);  // checkpoint/verify_load.cpp
 
     out.stats.bytes_read = reader.bytes_requested();
     out.stats.bytes_out = d.plan.bytes_out;

@@ -62,7 +62,7 @@ std::set<std::string> shards_of(const std::string& index) {
 
 std::vector<std::string> save_checkpoint(const std::string& folder, const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size,
-                                         const std::map<std::string, std::string>& metadata) {
+                                         const std::map<std::string, std::string>& metadata, bool checksums) {
     namespace fs = std::filesystem;
     if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
     const detail::location where(folder);
@@ -120,7 +120,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         if (shards.size() == 1) {
             // One file is the whole checkpoint: replaced by a rename, it is never a mix.
             std::string p = under("model.safetensors");
-            save_safetensors(p, shards[0], shard_meta);
+            save_safetensors(p, shards[0], shard_meta, checksums);
             new_shards.insert("model.safetensors");
             written.push_back(p);
         } else {
@@ -142,7 +142,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
                     name = tagged;
                 }
                 std::string p = under(name);
-                save_safetensors(p, shards[k], shard_meta);
+                save_safetensors(p, shards[k], shard_meta, checksums);
                 written.push_back(p);
                 new_shards.insert(name);
                 for (const auto& t : shards[k]) {
