@@ -155,3 +155,14 @@ def test_gpu_save_and_verified_load(tmp_path):
     got = ferry.load_checkpoint(folder, device="cuda", like="torch", verify="always")
     assert sorted(got) == sorted(sd)
     shutil.rmtree(folder)
+
+
+def test_load_many_keeps_the_integrity_error(tmp_path):
+    p = str(tmp_path / "m.safetensors")
+    ferry.save(p, _state())
+    w0 = next(a for a in ferry.info(p)["arrays"] if a["name"] == "w0")
+    _flip(p, w0["begin"])
+    with pytest.raises(ferry.IntegrityError) as e:
+        ferry.load_many([p])
+    assert e.value.index == 0 and e.value.tensor == "w0" and e.value.filename == p
+    assert "paths[0]" in str(e.value)
