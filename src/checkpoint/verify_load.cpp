@@ -74,8 +74,16 @@ void check_from_file(const checkpoint& c, const shard_check& s, const checkpoint
     }
 }
 
+// Whether tensor i's destination holds its bytes as stored (whole, unconverted).
+bool in_place(const checkpoint& c, const detailed_plan& d, std::size_t i) {
+    const geometry& g = d.tensors[i];
+    const tensor_plan& p = d.plan.tensors[i];
+    const checkpoint_tensor& t = c.tensors[p.tensor];
+    return !p.convert && g.rows == 1 && g.offset == t.offset && g.seg_bytes == t.bytes;
+}
+
 void check_all(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
-               const checkpoint_load_options& o) {
+               const checkpoint_load_options& o, const std::vector<char>* checked = nullptr) {
     std::vector<shard_check> shards = shard_records(c, d, o.verify);
     std::vector<formats::byte_view> views;
     std::vector<std::size_t> view_of;  // plan index of each view
@@ -84,10 +92,9 @@ void check_all(const checkpoint& c, const detailed_plan& d, const std::function<
         const tensor_plan& p = d.plan.tensors[i];
         const checkpoint_tensor& t = c.tensors[p.tensor];
         const shard_check& s = shards[g.file];
-        if (!s.record || t.bytes == 0) continue;
+        if (!s.record || t.bytes == 0 || (checked && (*checked)[i])) continue;
         recorded(s, t);
-        const bool in_place = !p.convert && g.rows == 1 && g.offset == t.offset && g.seg_bytes == t.bytes;
-        if (in_place) {
+        if (in_place(c, d, i)) {
             views.push_back({dst_of(i), t.bytes, g.into ? g.into->where() : o.where});
             view_of.push_back(i);
             continue;
@@ -121,12 +128,10 @@ void check_all(const checkpoint& c, const detailed_plan& d, const std::function<
     }
 }
 
-}  // namespace
-
-void verify_load(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
-                 const checkpoint_load_options& o) {
+// The error of a load that wrote into caller buffers names them.
+[[noreturn]] void rethrow_naming_into(const detailed_plan& d, std::exception_ptr error) {
     try {
-        check_all(c, d, dst_of, o);
+        std::rethrow_exception(error);
     } catch (const integrity_error& e) {
         std::vector<std::string> written;
         for (const auto& p : d.plan.tensors)
@@ -139,6 +144,55 @@ void verify_load(const checkpoint& c, const detailed_plan& d, const std::functio
                               e.reason() + "; the load had already written " + std::to_string(written.size()) +
                                   " into= destinations: " + list,
                               e.begin(), e.end(), e.expected(), e.actual());
+    }
+}
+
+}  // namespace
+
+void verify_load(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
+                 const checkpoint_load_options& o) {
+    try {
+        check_all(c, d, dst_of, o);
+    } catch (...) {
+        rethrow_naming_into(d, std::current_exception());
+    }
+}
+
+void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::vector<std::uint64_t>& left,
+                           const std::vector<char>& failed) noexcept {
+    if (error_ || o_.where.on_gpu()) return;  // GPU tensors: one launch in finish()
+    try {
+        for (std::size_t i : tensors) {
+            if (checked_[i] || left[i] != 0 || failed[i] || !in_place(c_, d_, i)) continue;
+            const geometry& g = d_.tensors[i];
+            if (g.into && g.into->where().on_gpu()) continue;
+            const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[i].tensor];
+            const safetensors_info& h = c_.shards[g.file].header;
+            std::optional<formats::checksum_record> rec = formats::find_record(h, redact_location(c_.shards[g.file].path));
+            if (!rec || t.bytes == 0) continue;  // finish() decides what a shard without a record means
+            auto it = rec->tensors.find(t.name);
+            if (it == rec->tensors.end() || it->second.size() != (t.bytes + rec->chunk - 1) / rec->chunk) continue;
+            // One thread: the engine's workers are still reading the next batches.
+            std::vector<std::pair<const void*, std::uint64_t>> spans;
+            for (std::uint64_t at = 0; at < t.bytes; at += rec->chunk)
+                spans.push_back({dst_of_(i) + at, std::min(rec->chunk, t.bytes - at)});
+            std::vector<std::uint32_t> got = formats::host_crcs(spans, 1);
+            shard_check s{std::move(rec), redact_location(c_.shards[g.file].path)};
+            for (std::size_t k = 0; k < got.size(); ++k)
+                if (got[k] != it->second[k]) mismatch(s, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
+            checked_[i] = 1;
+        }
+    } catch (...) {
+        error_ = std::current_exception();
+    }
+}
+
+void load_verifier::finish() {
+    try {
+        if (error_) std::rethrow_exception(error_);
+        check_all(c_, d_, dst_of_, o_, &checked_);
+    } catch (...) {
+        rethrow_naming_into(d_, std::current_exception());
     }
 }
 

@@ -1,7 +1,9 @@
 // The integrity check of a finished checkpoint load (checkpoint_load_options::verify).
 #pragma once
 
+#include <exception>
 #include <functional>
+#include <vector>
 
 #include "checkpoint/plan.hpp"
 #include "ferry/checkpoint.hpp"
@@ -15,5 +17,28 @@ namespace ferry::checkpoints {
 /// into= destinations the load already wrote.
 void verify_load(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
                  const checkpoint_load_options& o);
+
+/// The same check spread over a load: landed() hashes, on the loading thread, the host tensors
+/// whose bytes all landed while later reads are still in flight; finish() checks the rest (GPU
+/// tensors in one launch, slices from the file) and throws what either found. landed() never
+/// throws, so the load can wait for every read before reporting.
+class load_verifier {
+public:
+    load_verifier(const checkpoint& c, const detailed_plan& d, std::function<unsigned char*(std::size_t)> dst_of,
+                  const checkpoint_load_options& o)
+        : c_(c), d_(d), dst_of_(std::move(dst_of)), o_(o), checked_(d.tensors.size(), 0) {}
+    /// `tensors` (plan indices) of a batch that ended; left[t] == 0 and !failed[t]: all landed.
+    void landed(const std::vector<std::size_t>& tensors, const std::vector<std::uint64_t>& left,
+                const std::vector<char>& failed) noexcept;
+    void finish();
+
+private:
+    const checkpoint& c_;
+    const detailed_plan& d_;
+    std::function<unsigned char*(std::size_t)> dst_of_;
+    const checkpoint_load_options& o_;
+    std::vector<char> checked_;
+    std::exception_ptr error_;
+};
 
 }  // namespace ferry::checkpoints
