@@ -166,3 +166,19 @@ def test_load_many_keeps_the_integrity_error(tmp_path):
         ferry.load_many([p])
     assert e.value.index == 0 and e.value.tensor == "w0" and e.value.filename == p
     assert "paths[0]" in str(e.value)
+
+
+def test_integrity_bench_runs_small(tmp_path):
+    """bench/integrity_bench.py end to end on a few MiB: every figure it prints is measured."""
+    import subprocess
+    import sys
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "integrity_bench.py")
+    cli = os.environ.get("FERRY_CLI", "/nonexistent/ferry")
+    r = subprocess.run([sys.executable, bench, "--dir", str(tmp_path), "--size", "8M", "--tensors", "16",
+                        "--rounds", "1", "--cli", cli], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for key in ("save_checksums_gbps", "save_plain_gbps", "load_never_gbps", "load_always_gbps",
+                "verify_python_gbps"):
+        assert res[key] > 0, key
+    assert ("verify_cli_gbps" in res) == os.path.exists(cli)
