@@ -149,15 +149,6 @@ void check_all(const checkpoint& c, const detailed_plan& d, const std::function<
 
 }  // namespace
 
-void verify_load(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
-                 const checkpoint_load_options& o) {
-    try {
-        check_all(c, d, dst_of, o);
-    } catch (...) {
-        rethrow_naming_into(d, std::current_exception());
-    }
-}
-
 void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::vector<std::uint64_t>& left,
                            const std::vector<char>& failed) noexcept {
     if (error_ || o_.where.on_gpu()) return;  // GPU tensors: one launch in finish()
@@ -167,8 +158,12 @@ void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::v
             const geometry& g = d_.tensors[i];
             if (g.into && g.into->where().on_gpu()) continue;
             const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[i].tensor];
-            const safetensors_info& h = c_.shards[g.file].header;
-            std::optional<formats::checksum_record> rec = formats::find_record(h, redact_location(c_.shards[g.file].path));
+            const std::string shown = redact_location(c_.shards[g.file].path);
+            if (!parsed_[g.file]) {
+                records_[g.file] = formats::find_record(c_.shards[g.file].header, shown);
+                parsed_[g.file] = 1;
+            }
+            const std::optional<formats::checksum_record>& rec = records_[g.file];
             if (!rec || t.bytes == 0) continue;  // finish() decides what a shard without a record means
             auto it = rec->tensors.find(t.name);
             if (it == rec->tensors.end() || it->second.size() != (t.bytes + rec->chunk - 1) / rec->chunk) continue;
@@ -177,9 +172,8 @@ void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::v
             for (std::uint64_t at = 0; at < t.bytes; at += rec->chunk)
                 spans.push_back({dst_of_(i) + at, std::min(rec->chunk, t.bytes - at)});
             std::vector<std::uint32_t> got = formats::host_crcs(spans, 1);
-            shard_check s{std::move(rec), redact_location(c_.shards[g.file].path)};
             for (std::size_t k = 0; k < got.size(); ++k)
-                if (got[k] != it->second[k]) mismatch(s, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
+                if (got[k] != it->second[k]) mismatch(shard_check{rec, shown}, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
             checked_[i] = 1;
         }
     } catch (...) {
