@@ -22,6 +22,7 @@
 #include "ferry/dtype.hpp"
 #include "ferry/error.hpp"
 #include "ferry/export.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/reason.hpp"
 #include "ferry/memory.hpp"
 #include "ferry/safetensors.hpp"
@@ -195,6 +196,11 @@ struct checkpoint_load_options {
     /// instead of following them. Nothing may read or write the tensors' bytes before the load
     /// returns. An exception from it fails the load once every read has ended.
     std::function<void(const std::vector<named_array>& tensors, const checkpoint_plan& plan)> while_reading;
+    /// Check the CRC-32C checksums the shards record (ferry/integrity.hpp) once the bytes have
+    /// landed: whole tensors where they landed (on the GPU for GPU tensors), sliced or converted
+    /// ones by reading the chunks they cover again. A mismatch throws integrity_error (no tensor
+    /// is returned; what() names the into= destinations already written).
+    verify_mode verify = verify_mode::automatic;
 };
 
 /// What the planner decided for one tensor.
@@ -276,10 +282,12 @@ FERRY_EXPORT std::uint64_t checkpoint_memory_peak() noexcept;
 /// generation (a random 128-bit id, G): every file is written atomically beside the previous
 /// generation's, the index replaced last by a rename, and the previous generation's shards
 /// removed after it; a save that fails removes what it wrote and leaves the previous
-/// generation loadable. Returns the files written, index last.
+/// generation loadable. With `checksums`, every shard records CRC-32C checksums of its tensors
+/// (save_safetensors). Returns the files written, index last.
 FERRY_EXPORT std::vector<std::string> save_checkpoint(const std::string& folder,
                                          const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size = 5'000'000'000ull,
-                                         const std::map<std::string, std::string>& metadata = {});
+                                         const std::map<std::string, std::string>& metadata = {},
+                                         bool checksums = true);
 
 }  // namespace ferry

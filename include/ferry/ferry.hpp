@@ -9,6 +9,7 @@
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "ferry/formats.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/load_options.hpp"
 #include "ferry/many.hpp"
 #include "ferry/memory.hpp"

@@ -92,6 +92,6 @@ FERRY_EXPORT std::string to_json(const file_description& d, const std::string& p
 /// Saves `arrays` as `format`, atomically. npy and raw take exactly one array; safetensors any
 /// number plus `metadata`. Throws usage_error when the arrays do not fit the format.
 FERRY_EXPORT void save_any(const std::string& path, file_format format, const std::vector<named_array>& arrays,
-              const std::map<std::string, std::string>& metadata = {});
+              const std::map<std::string, std::string>& metadata = {}, bool checksums = true);
 
 }  // namespace ferry

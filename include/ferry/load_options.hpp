@@ -7,6 +7,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/dtype.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/memory.hpp"
 
 namespace ferry {
@@ -28,6 +29,9 @@ struct FERRY_EXPORT load_options {
     bool c_order = false;
     /// The stream kernels run on; loaders synchronize it before returning.
     stream_t stream = nullptr;
+    /// safetensors: check the CRC-32C checksums the file records (ferry/integrity.hpp), on the
+    /// GPU for a GPU load; a mismatch throws integrity_error and returns no tensor.
+    verify_mode verify = verify_mode::automatic;
 };
 
 }  // namespace ferry

@@ -58,9 +58,12 @@ FERRY_EXPORT std::vector<named_array> load_safetensors(const std::string& path,
 
 /// Saves `arrays` (unique names, not "__metadata__") and `metadata`, atomically. Arrays are
 /// written little-endian in C order whatever their byte order or layout; the data of each
-/// tensor starts at a multiple of its item size. Throws usage_error for complex128 (which
-/// safetensors cannot store) or a duplicate name.
+/// tensor starts at a multiple of its item size. With `checksums`, a CRC-32C of every 64 MiB
+/// chunk of every tensor and of the header is recorded in the metadata ("ferry.checksums";
+/// ferry/integrity.hpp), computed where each array is (on its GPU for device arrays). Throws
+/// usage_error for complex128 (which safetensors cannot store) or a duplicate name. A
+/// "ferry.checksums" entry in `metadata` (a record copied from another file) is dropped.
 FERRY_EXPORT void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {}, bool checksums = true);
 
 }  // namespace ferry

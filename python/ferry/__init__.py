@@ -30,7 +30,8 @@ from ._checkpoint import (
 )
 from ._distributed import GroupLoadError, GroupTimeoutError
 from ._group_plan import Layout
-from ._api import doctor, fromfile, info, load, load_checkpoint, reset_stats, save, stats, tofile
+from ._api import (doctor, fromfile, info, load, load_checkpoint, reset_stats, save, stats, tofile,
+                   verify)
 from ._many import LoadFailure, iter_load, load_many
 from ._errors import (
     CheckpointError,
@@ -44,6 +45,7 @@ from ._errors import (
     Error,
     FileError,
     FormatError,
+    IntegrityError,
     SettingsError,
     UsageError,
 )
@@ -156,6 +158,7 @@ __all__ = [
     "FileError",
     "FormatError",
     "Future",
+    "IntegrityError",
     "Settings",
     "SettingsError",
     "UsageError",
@@ -178,4 +181,5 @@ __all__ = [
     "settings",
     "stats",
     "tofile",
+    "verify",
 ]

@@ -187,7 +187,7 @@ def tofile(array: Any, file: Any) -> None:
 
 
 def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str] | None = None,
-         dtype: Any = None, format: str | None = None, c_order: bool = False):
+         dtype: Any = None, format: str | None = None, c_order: bool = False, verify: str = "auto"):
     """Loads a .npy file (an array) or a safetensors file (a dict name -> array, sorted by
     name) into host or GPU memory.
 
@@ -197,6 +197,10 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
     loads only those tensors. ``dtype`` converts floating-point arrays (float16, bfloat16,
     float64 <-> float32; other floating conversions raise UsageError before anything is read). ``device`` and ``like`` follow :func:`ferry.fromfile`. A raw file
     (``format="raw"`` or an unknown content) needs ``dtype`` and is read like fromfile.
+    ``verify`` checks a safetensors file's recorded CRC-32C checksums (on the GPU for GPU
+    loads): ``"auto"`` where it has them, ``"always"`` (none recorded raises
+    :class:`ferry.IntegrityError`), ``"never"``; a mismatch raises IntegrityError and returns
+    nothing.
 
     >>> import numpy as np, ferry
     >>> np.save("/tmp/z.npy", np.eye(2))
@@ -216,7 +220,8 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
     dev, lib = target(device, like)
     as_type = None if dtype is None else dtype_text(dtype)[0]
     fmt, arrays, _metadata = _ferry.load(p, dev, list(names or []), as_type, fmt,
-                                         keeps_byte_order(dev, lib) and as_type is None, c_order)
+                                         keeps_byte_order(dev, lib) and as_type is None, c_order,
+                                         verify)
     if fmt == "safetensors":
         convert = library_converter(lib, dev)
         return {name: convert(a) for name, a in arrays}
@@ -224,12 +229,15 @@ def load(path: Any, *, device: Any = None, like: Any = None, names: Sequence[str
 
 
 def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = None, *,
-         format: str | None = None) -> None:
+         format: str | None = None, checksums: bool = True) -> None:
     """Saves one array as .npy (or raw), or a dict name -> array as safetensors (with string
     ``metadata``), atomically. The format follows the extension unless ``format`` is given; a
     dict is saved as safetensors (to a path whose extension names no other format: a dict to
     ``.npy`` raises UsageError). Tensor names and metadata are str of UTF-8 text. Arrays may be
-    numpy, CuPy, PyTorch, JAX or ferry, in host or GPU memory.
+    numpy, CuPy, PyTorch, JAX or ferry, in host or GPU memory. A safetensors file records a
+    CRC-32C of every 64 MiB chunk of every tensor in its metadata (``"ferry.checksums"``,
+    computed on the GPU for GPU arrays; other readers load the file unchanged) unless
+    ``checksums=False``; loads check it.
 
     >>> import numpy as np, ferry
     >>> ferry.save("/tmp/w.safetensors", {"w": np.ones(3, np.float32)}, {"step": "1"})
@@ -260,7 +268,21 @@ def save(path: Any, array_or_dict: Any, metadata: Mapping[str, str] | None = Non
             raise UsageError("%s: metadata maps str to str (numbers are written as text); %r: %r "
                              "is %s to %s" % (p, k, v, type(k).__name__, type(v).__name__))
         meta[text_key(p, "metadata key", k)] = text_key(p, "metadata value of %r" % k, str(v))
-    _ferry.save(p, fmt, arrays, meta)
+    _ferry.save(p, fmt, arrays, meta, bool(checksums))
+
+
+def verify(path: Any, *, record: bool = False, threads: int = 0) -> dict:
+    """Checks a safetensors file, a checkpoint (folder or index) or an .npy/raw file with a
+    sidecar against the CRC-32C checksums recorded with it, as ``ferry verify --json`` does.
+    Returns a dict: ``status`` (0 all match, 1 mismatches, 2 nothing verifiable), ``files``,
+    ``unverifiable``, ``recorded``, ``mismatches`` (``file``, ``tensor``, ``begin``, ``end``,
+    ``expected``, ``actual``, ``reason``), ``tensors``, ``bytes``, ``seconds``, ``gb_per_s``.
+    With ``record=True`` files with no checksums get a sidecar (``FILE.ferry-checksums.json``)
+    that later calls check. ``threads`` read and hash (0: one per core)."""
+    p = fspath(path)
+    if p is None:
+        raise UsageError("ferry.verify takes a path")
+    return _ferry.verify(p, bool(record), int(threads))
 
 
 def info(path: Any, format: str | None = None) -> dict:
@@ -307,7 +329,7 @@ def reset_stats() -> None:
 def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: Any = None,
                     slices: Any = None, into: Any = None, strict: bool = True, dtype: Any = None,
                     progress: Any = None, route: str = "auto", group: Any = None, tp: Any = None,
-                    **group_options: Any):
+                    verify: str = "auto", **group_options: Any):
     """Loads a checkpoint (a folder with model.safetensors.index.json, the index, a glob, a list
     of files, or one file; or a URL: ``s3://bucket/prefix/``, ``https://host/path/``, an index
     URL, one object) in one plan over every shard.
@@ -328,11 +350,20 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
     checkpoint together: ``tp`` (this rank's tensor-parallel rules) names the tensors each rank
     reads only its slice of; the others are read once across the group and completed by
     collectives. See ferry._distributed.load_group and docs/distributed.md.
+
+    ``verify`` checks the CRC-32C checksums the shards record (:func:`ferry.save_checkpoint`
+    writes them): ``"auto"`` where they exist, ``"always"`` (a shard without them raises
+    :class:`ferry.IntegrityError`), ``"never"``. A mismatch raises IntegrityError naming the
+    shard, tensor, byte range and both checksums; no tensor is returned (with ``into`` the
+    message names the destinations already written). docs/integrity.md.
     """
     if group is not None or tp is not None or group_options:
+        if verify != "auto":
+            raise UsageError("load_checkpoint: verify= applies to loads without group= (a group "
+                             "load checks nothing yet)")
         return _distributed.load_group_call(src, group=group, tp=tp, device=device, like=like,
                                             tensors=tensors, slices=slices, into=into, strict=strict,
                                             dtype=dtype, progress=progress, route=route, **group_options)
     return _checkpoint.load_checkpoint(src, device=device, like=like, tensors=tensors, slices=slices,
                                        into=into, strict=strict, dtype=dtype, progress=progress,
-                                       route=route)
+                                       route=route, verify=verify)

@@ -327,7 +327,7 @@ def _collector_paused() -> Iterator[None]:
 
 def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: Any = None,
                     slices: Any = None, into: Any = None, strict: bool = True, dtype: Any = None,
-                    progress: Any = None, route: str = "auto"):
+                    progress: Any = None, route: str = "auto", verify: str = "auto"):
     """A checkpoint loaded by this process alone: ferry.load_checkpoint without a group (see its
     docstring in ferry._api)."""
     srcs = _sources(src)
@@ -356,7 +356,7 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
                                                    False, route, cb, block_allocator(lib, dev),
                                                    host_to_numpy if views is not None and bulk is None else
                                                    convert if early and views is None else None,
-                                                   import_ahead(lib, dev), views, bulk)
+                                                   import_ahead(lib, dev), views, bulk, verify=verify)
             if views is not None:
                 out = CheckpointTensors(arrays)
             else:
@@ -375,7 +375,7 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
     # The names are matched in C++ (missing and unexpected keys, strict checked before any
     # byte moves), so the checkpoint's headers are read once.
     _arrays, stats = _ferry.load_checkpoint(srcs, dev, kind, patterns, sl, as_type, pairs, True,
-                                            bool(strict), route, cb)
+                                            bool(strict), route, cb, verify=verify)
     missing = sorted(stats["missing_keys"])
     unexpected = sorted(stats["unexpected_keys"])
     return LoadResult(missing, unexpected, stats)
@@ -393,7 +393,7 @@ def _parse_size(size: Any) -> int:
 
 
 def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
-                    metadata: Mapping[str, str] | None = None) -> list:
+                    metadata: Mapping[str, str] | None = None, *, checksums: bool = True) -> list:
     """Writes ``tensors`` (a dict name -> array/tensor, or a module's state_dict) as a Hugging
     Face checkpoint in ``folder`` (or under an ``s3://bucket/prefix/``): model.safetensors, or
     shards of at most ``max_shard_size`` (an int or "5GB", "500MiB") plus
@@ -402,7 +402,8 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
     every shard's metadata and the index's, new shards are written beside the old ones (under
     other names where a name is taken), the index is replaced last by a rename, and only then
     are the old shards removed; a save that fails removes what it wrote and leaves the previous
-    generation loadable. Returns the paths written."""
+    generation loadable. Every shard records CRC-32C checksums of its tensors unless
+    ``checksums=False`` (see :func:`ferry.save`). Returns the paths written."""
     p = fspath(folder)
     if p is None:
         raise UsageError("save_checkpoint takes a folder path")
@@ -414,7 +415,7 @@ def save_checkpoint(folder: Any, tensors: Any, max_shard_size: Any = "5GB",
     if items is None:
         items = ([text_key(p, "tensor name", k) for k in tensors], [as_ferry(v) for v in tensors.values()])
     return _ferry.save_checkpoint(os.fspath(p), *items, _parse_size(max_shard_size),
-                                  {str(k): str(v) for k, v in (metadata or {}).items()})
+                                  {str(k): str(v) for k, v in (metadata or {}).items()}, bool(checksums))
 
 
 # numpy element kinds whose buffer format ferry reads as the same dtype (bool, integers, floats).

@@ -17,6 +17,10 @@ ferry class                 raised for                                  also a
 ``RemoteError``             an HTTP/S3 object that could not be read    ``OSError``
                             or written (``status``, ``url``,
                             ``credentials``)
+``IntegrityError``          bytes that do not match their recorded      ``OSError``
+                            checksum (``filename``, ``tensor``,
+                            ``begin``, ``end``, ``expected``,
+                            ``actual``)
 ==========================  ==========================================  =====================
 
 A ``FileError`` for a missing file is also a ``FileNotFoundError``, for a denied one a
@@ -43,6 +47,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointIOError",
     "CheckpointChangedError",
+    "IntegrityError",
 ]
 
 
@@ -102,6 +107,25 @@ class CheckpointChangedError(Error):
     loading again sees the checkpoint as it is then, so the error is worth a retry."""
 
     reason: str | None = None
+
+
+class IntegrityError(Error, OSError):
+    """Bytes that do not match the CRC-32C checksum recorded when they were written, a header
+    that does not match its record, or (``verify="always"``) a file without checksums.
+    ``filename`` names the file (a URL redacted), ``tensor`` the tensor ("" for a header or a
+    whole file), ``begin``/``end`` the absolute byte range that failed, ``expected``/``actual``
+    the two checksums ("crc32c:" and 8 hex digits; "" when none), ``reason`` why. No tensor of
+    a failed load is returned."""
+
+    tensor: str | None = None
+    reason: str | None = None
+    begin: int | None = None
+    end: int | None = None
+    expected: str | None = None
+    actual: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "integrity error"
 
 
 class FileError(Error, OSError):
@@ -197,6 +221,12 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
             if key in attrs:
                 setattr(exc, key, attrs[key])
         return exc
+    if kind == "integrity":
+        exc = IntegrityError(_errno.EIO, message, attrs.get("filename"))
+        exc.args = (message,)
+        for key, value in attrs.items():
+            setattr(exc, key, value)
+        return exc
     if kind == "remote":
         exc = RemoteError(_errno.EIO, message, attrs.get("url"))
         exc.args = (message,)
@@ -220,6 +250,6 @@ def _from_native(kind: str, message: str, attrs: dict) -> BaseException:
 
 for _cls in (Error, UsageError, SettingsError, FormatError, ChunkError, FileError,
              EndOfFileError, CuFileError, CudaError, RemoteError, CheckpointError, CheckpointIOError,
-             CheckpointChangedError):
+             CheckpointChangedError, IntegrityError):
     _cls.__module__ = "ferry"
 del _cls

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._convert import fspath, target
-from ._errors import EndOfFileError, Error, FormatError, UsageError, _file_error_class
+from ._errors import EndOfFileError, Error, FormatError, IntegrityError, UsageError, _file_error_class
 from ._many_device import device_loader
 
 __all__ = ["LoadFailure", "load_many", "iter_load"]
@@ -151,6 +151,8 @@ def _parse_safetensors(path: str, buf: memoryview, start: int, size: int):
         raise _format_error(path, "header", "not JSON: %s" % e) from None
     if not isinstance(header, dict):
         raise _format_error(path, "header", "not a JSON object")
+    if "ferry.checksums" in (header.get("__metadata__") or {}):
+        raise _Fallback()  # ferry.load checks the recorded checksums (docs/integrity.md)
     data = start + 8 + n
     out = {}
     for name in sorted(header):
@@ -242,7 +244,8 @@ def _read_whole(path: str, view: memoryview) -> None:
 def _named(index: int, path: str, exc: BaseException) -> BaseException:
     """``exc`` with a message that names the file and its index in the list."""
     where = "paths[%d] %s" % (index, path)
-    if isinstance(exc, OSError) and not isinstance(exc, EndOfFileError):
+    # An IntegrityError is an OSError too, but without an errno: it keeps its class and fields.
+    if isinstance(exc, OSError) and not isinstance(exc, (EndOfFileError, IntegrityError)):
         text = exc.strerror or str(exc)
         out = _file_error_class(exc.errno)(exc.errno, "%s: %s" % (where, text), path)
     else:
@@ -256,7 +259,8 @@ def _named(index: int, path: str, exc: BaseException) -> BaseException:
             out = type(exc)(message)
         except Exception:
             out = Error(message)
-        for key in ("filename", "field", "reason", "file_size", "offset", "length"):
+        for key in ("filename", "field", "reason", "file_size", "offset", "length", "tensor", "begin",
+                    "end", "expected", "actual"):
             if hasattr(exc, key):
                 setattr(out, key, getattr(exc, key))
     out.index = index

@@ -219,9 +219,11 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
                const std::vector<std::string>& patterns, const std::vector<slice_tuple>& slices,
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
                bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate,
-               nb::object convert, nb::object prepare, nb::object views, nb::object bulk) {
+               nb::object convert, nb::object prepare, nb::object views, nb::object bulk,
+               const std::string& verify) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
+    o.verify = parse_verify_mode(verify);
     if (as) o.as = parse_dtype(*as).type;
     using k = tensor_selection::kind;
     if (kind == "names") o.select = {k::names, patterns};
@@ -362,7 +364,7 @@ void bind_checkpoint(nb::module_& m) {
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
           "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
           "allocate"_a = nb::none(), "convert"_a = nb::none(), "prepare"_a = nb::none(), "views"_a = nb::none(),
-          "bulk"_a = nb::none(),
+          "bulk"_a = nb::none(), "verify"_a = "auto",
           "Loads a checkpoint in one plan. Returns ([(name, Array)], stats). `allocate(n)`, when\n"
           "given, returns the uint8 array of at least n bytes the fresh tensors share. `convert(a)`,\n"
           "when given, wraps each Array while the reads run (it must not read the bytes); the list\n"
@@ -379,7 +381,7 @@ void bind_checkpoint(nb::module_& m) {
     m.def(
         "save_checkpoint",
         [](const std::string& folder, const std::vector<std::string>& names, nb::list values,
-           std::uint64_t max_shard_size, const std::map<std::string, std::string>& metadata) {
+           std::uint64_t max_shard_size, const std::map<std::string, std::string>& metadata, bool checksums) {
             if (names.size() != nb::len(values))
                 throw usage_error("save_checkpoint: " + std::to_string(names.size()) + " names for " +
                                   std::to_string(nb::len(values)) + " arrays");
@@ -398,12 +400,13 @@ void bind_checkpoint(nb::module_& m) {
             }
             return interruptible([&] {
                 wait_for_producers(mems);
-                return save_checkpoint(folder, v, max_shard_size, metadata);
+                return save_checkpoint(folder, v, max_shard_size, metadata, checksums);
             });
         },
         "folder"_a, "names"_a, "arrays"_a, "max_shard_size"_a, "metadata"_a = std::map<std::string, std::string>{},
+        "checksums"_a = true,
         "Saves arrays[i] (any array ferry imports: ferry.Array, buffer protocol, DLPack, CUDA array\n"
-        "interface) under names[i].");
+        "interface) under names[i], with checksums recorded unless checksums is false.");
     m.def("set_checkpoint_memory_budget", &set_checkpoint_memory_budget, "bytes"_a);
     m.def("checkpoint_memory_budget", &checkpoint_memory_budget);
     m.def("checkpoint_memory_peak", &checkpoint_memory_peak);

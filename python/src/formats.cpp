@@ -20,6 +20,7 @@
 #include "bind.hpp"
 #include "ferry/error.hpp"
 #include "ferry/formats.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/raw.hpp"
 
 namespace ferry::python {
@@ -75,9 +76,10 @@ void bind_formats(nb::module_& m) {
         "load",
         [](const std::filesystem::path& path, const std::string& device,
            std::vector<std::string> names, std::optional<std::string> as,
-           std::optional<std::string> format, bool keep_byte_order, bool c_order) {
+           std::optional<std::string> format, bool keep_byte_order, bool c_order, const std::string& verify) {
             any_load_options o;
             o.load.where = parse_placement(device);
+            o.load.verify = parse_verify_mode(verify);
             if (as) o.load.as = parse_dtype(*as).type;
             o.load.keep_byte_order = keep_byte_order;
             o.load.c_order = c_order;
@@ -91,6 +93,7 @@ void bind_formats(nb::module_& m) {
         },
         "path"_a, "device"_a = "cpu", "names"_a = std::vector<std::string>{}, "dtype"_a = nb::none(),
         "format"_a = nb::none(), "keep_byte_order"_a = false, "c_order"_a = false,
+        "verify"_a = "auto",
         "Loads every array of a .npy or safetensors file (or the tensors in `names`).\n"
         "Returns (format, [(name, Array)], metadata).");
 
@@ -98,7 +101,7 @@ void bind_formats(nb::module_& m) {
         "save",
         [](const std::filesystem::path& path, const std::string& format,
            const std::vector<std::pair<std::string, const array*>>& arrays,
-           const std::map<std::string, std::string>& metadata) {
+           const std::map<std::string, std::string>& metadata, bool checksums) {
             file_format f = parse_file_format(format);
             std::vector<named_array> v;
             for (const auto& [name, a] : arrays) {
@@ -106,9 +109,10 @@ void bind_formats(nb::module_& m) {
                 v.push_back({name, *a});
             }
             std::string p = path.string();
-            run_interruptible([&] { save_any(p, f, v, metadata); });
+            run_interruptible([&] { save_any(p, f, v, metadata, checksums); });
         },
         "path"_a, "format"_a, "arrays"_a, "metadata"_a = std::map<std::string, std::string>{},
+        "checksums"_a = true,
         "Saves ferry.Arrays as 'npy' (one array), 'safetensors' or 'raw', atomically.");
 
     m.def(
@@ -119,6 +123,16 @@ void bind_formats(nb::module_& m) {
         },
         "array"_a, "path"_a,
         "Writes the elements in C order and the array's byte order, nothing else, atomically.");
+
+    m.def(
+        "verify",
+        [](const std::string& path, bool record, unsigned threads) {
+            std::string text;
+            run_interruptible([&] { text = to_json(verify_path(path, record, threads)); });
+            return nb::module_::import_("json").attr("loads")(text);
+        },
+        "path"_a, "record"_a = false, "threads"_a = 0,
+        "Checks a file or checkpoint against its recorded checksums; the report as a dict.");
 
     m.def("describe", &describe, "path"_a, "format"_a = nb::none(),
           "What a file holds, from its header alone, as `ferry info --json` prints it.");

@@ -18,6 +18,7 @@
 #include "ferry/checkpoint.hpp"
 #include "ferry/doctor.hpp"
 #include "ferry/error.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/settings.hpp"
 #include "ferry/stats.hpp"
 #include "ferry/version.hpp"
@@ -71,6 +72,16 @@ void translate(const std::exception_ptr& p, void*) {
         d["reason"] = e.reason();
         d["tensor"] = e.tensor();
         raise_python("checkpoint", e.what(), d);
+    } catch (const integrity_error& e) {
+        nb::dict d;
+        d["filename"] = path_text(e.file());
+        d["tensor"] = e.tensor();
+        d["reason"] = e.reason();
+        d["begin"] = e.begin();
+        d["end"] = e.end();
+        d["expected"] = e.expected();
+        d["actual"] = e.actual();
+        raise_python("integrity", e.what(), d);
     } catch (const checkpoint_changed_error& e) {
         nb::dict d;
         d["filename"] = path_text(e.file());

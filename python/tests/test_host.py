@@ -241,7 +241,9 @@ def test_safetensors_round_trip(tmp_path):
         assert got[k].dtype == v.dtype.newbyteorder("=")
         assert got[k].shape == v.shape
         np.testing.assert_array_equal(got[k], v)
-    assert ferry.info(p)["metadata"] == {"format": "np", "step": "7"}
+    meta = ferry.info(p)["metadata"]
+    assert "crc32c" in meta.pop("ferry.checksums")  # written with the data (docs/integrity.md)
+    assert meta == {"format": "np", "step": "7"}
     sub = ferry.load(p, names=["int8", "float32"])
     assert sorted(sub) == ["float32", "int8"]
     conv = ferry.load(p, names=["float64", "int32"], dtype="float32")

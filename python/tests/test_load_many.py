@@ -94,7 +94,7 @@ def test_safetensors_dict_like_load(tmp_path, npy_files):
 
 def test_safetensors_bfloat16_goes_through_load(tmp_path):
     p = tmp_path / "bf.safetensors"
-    ferry.save(p, {"w": np.ones(4, np.float32)})
+    ferry.save(p, {"w": np.ones(4, np.float32)}, checksums=False)  # the bytes are rewritten below
     text = p.read_bytes().replace(b'"F32"', b'"BF16"').replace(b"[0,16]", b"[0,8]")
     n = int.from_bytes(text[:8], "little")
     p.write_bytes(text[:8 + n] + text[8 + n:8 + n + 8])

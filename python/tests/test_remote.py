@@ -308,6 +308,19 @@ def test_save_checkpoint_to_s3(s3, tmp_path):
         ferry.save_checkpoint("https://example.invalid/ckpt/", sd)
 
 
+def test_checksums_are_checked_on_s3(s3):
+    """A checkpoint ferry saved under a prefix carries checksums, which a load from S3 and
+    ferry.verify of the prefix check; huggingface_hub's has none: "always" refuses it."""
+    sd = s3["state"]
+    ferry.save_checkpoint("s3://ckpt/verified", sd, max_shard_size="40KB")
+    _same(ferry.load_checkpoint("s3://ckpt/verified/", verify="always"), sd)
+    rep = ferry.verify("s3://ckpt/verified/")
+    assert rep["status"] == 0 and rep["tensors"] == len(sd) and len(rep["files"]) > 1
+    assert ferry.verify("s3://ckpt/hub/")["status"] == 2
+    with pytest.raises(ferry.IntegrityError, match="no checksums"):
+        ferry.load_checkpoint("s3://ckpt/hub/", verify="always")
+
+
 def test_checkpoint_into_gpu_from_s3(s3, cupy):
     ref = reference(str(s3["local"] / "hub"))
     got = ferry.load_checkpoint("s3://ckpt/hub/", device="cuda", like="cupy")

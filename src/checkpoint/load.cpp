@@ -17,6 +17,7 @@
 #include "checkpoint/memory_budget.hpp"
 #include "checkpoint/plan.hpp"
 #include "checkpoint/range_reader.hpp"
+#include "checkpoint/verify_load.hpp"
 #include "cuda/deserialize_kernels.hpp"
 #include "cuda/strided_copy.hpp"
 #include "ferry/checkpoint.hpp"
@@ -523,6 +524,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         }
     }
     const auto [hold_bytes, device_temp] = staged.run(d, budget);
+    load_verifier verifier(c, d, dst_of, o);  // checkpoint/verify_load.cpp
     for (std::size_t b = 0; b < direct_inflight.size(); ++b) {
         std::vector<std::exception_ptr> errs = direct_inflight[b].wait([&](std::size_t) {
             for (std::size_t t : direct.tensors[b]) --done.left[t];
@@ -530,11 +532,14 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
         });
         if (errs[0])
             for (std::size_t t : direct.tensors[b]) done.fail(t, errs[0]);
+        // Checked while the next batches are read.
+        if (o.verify != verify_mode::never) verifier.landed(direct.tensors[b], done.left, done.failed);
     }
     // A shard rewritten while it was read explains a short read too: that error comes first.
     reader.check_unchanged(c.shards);
     if (done.first_error) done.throw_first_error(c.source, plans);
     if (caller_error) std::rethrow_exception(caller_error);
+    if (o.verify != verify_mode::never) verifier.finish();
 
     out.stats.bytes_read = reader.bytes_requested();
     out.stats.bytes_out = d.plan.bytes_out;

@@ -69,7 +69,7 @@ std::set<std::string> shards_of(const std::string& index) {
 
 std::vector<std::string> save_checkpoint(const std::string& folder, const std::vector<named_array>& tensors,
                                          std::uint64_t max_shard_size,
-                                         const std::map<std::string, std::string>& metadata) {
+                                         const std::map<std::string, std::string>& metadata, bool checksums) {
     namespace fs = std::filesystem;
     if (max_shard_size == 0) throw usage_error("save_checkpoint: max_shard_size must be above 0");
     const detail::location where(folder);
@@ -130,7 +130,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
         if (shards.size() == 1) {
             // One file is the whole checkpoint: replaced by a rename, it is never a mix.
             std::string p = under("model.safetensors");
-            formats::save_safetensors_part(p, shards[0], shard_meta);
+            formats::save_safetensors_part(p, shards[0], shard_meta, checksums);
             new_shards.insert("model.safetensors");
             written.push_back(p);
         } else {
@@ -158,7 +158,7 @@ std::vector<std::string> save_checkpoint(const std::string& folder, const std::v
             // for the disk, which one after the other made most of a save of many small
             // shards; and its header and small pieces are CPU work of their own.
             checkpoints::side_by_side(shards.size(), max_parallel_shards, [&](std::size_t k) {
-                formats::save_safetensors_part(under(shard_names[k]), shards[k], shard_meta);
+                formats::save_safetensors_part(under(shard_names[k]), shards[k], shard_meta, checksums);
             });
             std::uint64_t total = 0;
             for (std::size_t k = 0; k < shards.size(); ++k) {

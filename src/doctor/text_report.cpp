@@ -230,6 +230,10 @@ void path_section(std::string& out, const json& p) {
             line(out, "page cache", std::string(pct) + " (" + bytes(get(pc, "resident_bytes")) + " of " +
                                         bytes(get(pc, "bytes")) + " in " + str(get(pc, "files")) + " file(s))");
         }
+        // Integrity is the other question about a checkpoint's bytes: where to check it.
+        line(out, "integrity", "`ferry verify " + str(get(p, "path")) +
+                                   "` checks the CRC-32C checksums written with it (--record: a sidecar "
+                                   "for files without; docs/integrity.md)");
         const json& reg = get(p, "cufile_register");
         if (get(reg, "attempted") == true)
             line(out, "cuFile register", get(reg, "ok") == true ? "ok"

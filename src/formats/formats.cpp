@@ -176,7 +176,7 @@ file_description describe_file(const std::string& path, std::optional<file_forma
 }
 
 void save_any(const std::string& path, file_format format, const std::vector<named_array>& arrays,
-              const std::map<std::string, std::string>& metadata) {
+              const std::map<std::string, std::string>& metadata, bool checksums) {
     if (format != file_format::safetensors) {
         if (arrays.size() != 1)
             throw usage_error(std::string(to_string(format)) + " files hold exactly one array; got " +
@@ -187,7 +187,7 @@ void save_any(const std::string& path, file_format format, const std::vector<nam
     switch (format) {
     case file_format::npy: return save_npy(path, arrays.front().value);
     case file_format::raw: return tofile(arrays.front().value, path);
-    case file_format::safetensors: return save_safetensors(path, arrays, metadata);
+    case file_format::safetensors: return save_safetensors(path, arrays, metadata, checksums);
     }
 }
 

@@ -18,6 +18,7 @@
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
 #include "formats/atomic_write.hpp"
+#include "formats/checksum_record.hpp"
 #include "formats/deserialize.hpp"
 #include "formats/safetensors_header.hpp"
 
@@ -131,6 +132,15 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
             if (r.end > r.begin)
                 pending.push_back(f.read_async(base + r.at, r.end - r.begin, info.data_offset + r.begin));
     });
+    if (options.verify != verify_mode::never) {  // the bytes as read, before any conversion
+        std::vector<formats::loaded_view> views;
+        for (std::size_t i = 0; i < by_offset.size(); ++i) {
+            const merged_range& r = ranges[range_of[i]];
+            views.push_back({by_offset[i], {base + r.at + (by_offset[i]->begin - r.begin),
+                                            by_offset[i]->end - by_offset[i]->begin, options.where}});
+        }
+        formats::verify_loaded(info, redact_location(f.path()), views, options.verify, options.stream);
+    }
 
     std::vector<named_array> out;
     out.reserve(wanted.size());
@@ -182,8 +192,8 @@ std::vector<named_array> load_safetensors(const std::string& path, const load_op
 }
 
 void save_safetensors(const std::string& path, const std::vector<named_array>& arrays,
-                      const std::map<std::string, std::string>& metadata) {
-    formats::save_safetensors_part(path, arrays, metadata);
+                      const std::map<std::string, std::string>& metadata, bool checksums) {
+    formats::save_safetensors_part(path, arrays, metadata, checksums);
 }
 
 }  // namespace ferry
@@ -193,7 +203,9 @@ namespace ferry::formats {
 // Per tensor: a name check, a view and a write piece, nothing copied (the shard of a checkpoint
 // of 100,000 small tensors is made of them).
 void save_safetensors_part(const std::string& path, std::span<const named_array> arrays,
-                           const std::map<std::string, std::string>& metadata) {
+                           const std::map<std::string, std::string>& given_metadata, bool checksums) {
+    std::map<std::string, std::string> metadata = given_metadata;
+    metadata.erase(std::string(formats::checksum_key));  // a copied record describes another file
     std::unordered_set<std::string_view> seen;
     seen.reserve(arrays.size());
     std::vector<formats::safetensors_entry> entries;
@@ -226,6 +238,11 @@ void save_safetensors_part(const std::string& path, std::span<const named_array>
     for (std::size_t i = 0; i < data.size(); ++i)
         entries.push_back({arrays[i].name, data[i].type(), &data[i].shape(), data[i].nbytes()});
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
+    if (checksums) {
+        // The offsets do not depend on the header's length: the record goes in, the layout stays.
+        metadata.emplace(formats::checksum_key, formats::make_checksum_record(entries, layout.offsets, data, metadata));
+        layout = formats::layout_safetensors(entries, metadata);
+    }
     std::vector<formats::write_piece> pieces{{layout.prefix.data(), layout.prefix.size(), 0}};
     pieces.reserve(data.size() + 1);
     for (std::size_t i = 0; i < data.size(); ++i)

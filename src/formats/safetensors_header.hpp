@@ -56,6 +56,6 @@ void append_json_string(std::string& out, std::string_view s);
 /// save_safetensors of `arrays` (a checkpoint's shard: a part of its tensors, without copying
 /// them out). Implemented in safetensors.cpp.
 void save_safetensors_part(const std::string& path, std::span<const named_array> arrays,
-                           const std::map<std::string, std::string>& metadata);
+                           const std::map<std::string, std::string>& metadata, bool checksums = true);
 
 }  // namespace ferry::formats

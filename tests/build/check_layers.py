@@ -3,7 +3,7 @@
 
 ferry's code is layered bottom up, each folder including only the ones below it:
 
-    os, src/* utilities -> cuda, shim -> array -> backend/<name> -> io (and src/file.cpp) -> formats -> checkpoint, distributed -> doctor -> tools, python
+    os, src/* utilities, integrity -> cuda, shim -> array -> backend/<name> -> io (and src/file.cpp) -> formats -> checkpoint, distributed -> doctor -> tools, python
 
 with include/ferry (the public API) under everything. This script reads every `#include "..."` of
 src/, include/ferry, tools/ and python/src, and every import between the modules of
@@ -42,6 +42,7 @@ RANKS = {
     "include/ferry": 0,
     "os": 1,
     "base": 1,           # src/*: logging, stop tokens, errors, settings, counters (os and API only)
+    "integrity": 1,      # src/integrity/: CRC-32C and the integrity error (API and base only)
     "cuda": 2,
     "shim": 2,
     "array": 3,

@@ -152,6 +152,7 @@ int run_checkpoint_load(const checkpoint_load_args& a) {
     checkpoint_load_options o;
     o.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                : parse_placement(a.device);
+    o.verify = parse_verify_mode(a.verify);
     if (!a.as.empty()) o.as = parse_dtype(a.as, "--as").type;
     if (!a.tensors.empty()) {
         bool glob = std::any_of(a.tensors.begin(), a.tensors.end(), has_glob);

@@ -21,6 +21,7 @@ struct checkpoint_load_args {
     std::string route;                 ///< auto, segments or span
     bool json = false;
     bool checksum = false;             ///< xxh64 of each tensor's logical contents
+    std::string verify = "auto";       ///< the recorded CRC-32C checksums: auto, always or never
 };
 int run_checkpoint_load(const checkpoint_load_args& a);
 

@@ -27,6 +27,7 @@ struct convert_args {
     std::string name;
     bool keep_byte_order = false;
     bool quiet = false;
+    bool no_checksums = false;
 };
 
 int run_convert(const convert_args& a) {
@@ -66,7 +67,7 @@ int run_convert(const convert_args& a) {
                           " file holds one: choose it with --tensor NAME");
     }
     try {
-        save_any(a.out, out_format, arrays, metadata);
+        save_any(a.out, out_format, arrays, metadata, !a.no_checksums);
     } catch (const format_error& e) {
         // A file name is any bytes, a safetensors name UTF-8 text: the fix is --name.
         if (!named_by_stem || e.field() != "tensor name") throw;
@@ -102,6 +103,8 @@ void add_convert_command(CLI::App& app) {
     c->add_flag("--keep-byte-order", a->keep_byte_order,
                 "npy and raw output: keep the input's byte order (default: native)");
     c->add_flag("--quiet,-q", a->quiet, "print nothing on success");
+    c->add_flag("--no-checksums", a->no_checksums,
+                "safetensors output: record no CRC-32C checksums (default: one per 64 MiB chunk of each tensor)");
     c->callback([a] {
         int rc = run_convert(*a);
         if (rc != exit_ok) throw CLI::RuntimeError(rc);

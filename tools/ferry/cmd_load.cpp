@@ -33,6 +33,7 @@ struct load_args {
     bool json = false;
     std::vector<std::string> slices;
     std::string route;
+    std::string verify = "auto";
 };
 
 int run_load(const load_args& a) {
@@ -49,11 +50,12 @@ int run_load(const load_args& a) {
                               " is in " + std::string(to_string(f)) + " format");
     }
     if (checkpoint || !a.slices.empty() || !a.route.empty())
-        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json, a.checksum});
+        return run_checkpoint_load({a.path, a.device, a.tensors, a.slices, a.as, a.route, a.json, a.checksum, a.verify});
     any_load_options o;
     o.load.where = a.device.empty() ? (cuda_device_count() > 0 ? placement::cuda(0) : placement::host())
                                     : parse_placement(a.device);
     if (!a.as.empty()) o.load.as = parse_dtype(a.as, "--as").type;
+    o.load.verify = parse_verify_mode(a.verify);
     if (!a.format.empty()) o.format = parse_file_format(a.format);
     o.tensors = a.tensors;
     // --dtype describes a raw file (uint8 when not given); for a .npy or safetensors file it is
@@ -164,6 +166,10 @@ void add_load_command(CLI::App& app) {
                   "checkpoints: NAME:DIM:START:STOP, or PATTERN:DIM:K/N for part K of N (repeatable)");
     c->add_option("--route", a->route, "checkpoints: auto, segments or span for sliced tensors");
     c->add_flag("--checksum", a->checksum, "print xxh64 checksums of the arrays' logical contents");
+    c->add_option("--verify", a->verify,
+                  "safetensors and checkpoints: check the recorded CRC-32C checksums: auto (where recorded), "
+                  "always (refuse files without), never")
+        ->check(CLI::IsMember({"auto", "always", "never"}));
     c->add_flag("--json", a->json, "print one JSON object");
     c->add_flag("--keep-going", a->keep_going,
                 "many files: load the others when one fails, list the failures and exit 1 (default: stop at the first)");

@@ -17,5 +17,6 @@ void add_bench_command(CLI::App& app);
 void add_doctor_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
 
 }  // namespace ferry::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     ferry::cli::add_doctor_command(app);
     ferry::cli::add_info_command(app);
     ferry::cli::add_convert_command(app);
+    ferry::cli::add_verify_command(app);
     // CLI11 reads an unknown first word as a stray argument and only says that a subcommand is
     // required: name the word and the commands there are.
     if (argc > 1 && argv[1][0] != '-') {

@@ -1,0 +1,238 @@
+// Checksum records: JSON in and out, chunk CRCs where the bytes are, and the check of a load.
+#include "formats/checksum_record.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/checksum_kernels.hpp"
+#include "ferry/error.hpp"
+#include "integrity/crc32c.hpp"
+
+namespace ferry::formats {
+namespace {
+
+constexpr std::string_view field_name = "__metadata__/ferry.checksums";
+
+[[noreturn]] void bad(const std::string& file, const std::string& reason) {
+    throw format_error(file, std::string(field_name), reason);
+}
+
+std::uint32_t parse_hex8(std::string_view s, const std::string& file) {
+    std::uint32_t v = 0;
+    for (char c : s) {
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) bad(file, "'" + std::string(s) + "' is not 8 lowercase hex digits");
+        v = v << 4 | static_cast<std::uint32_t>(d);
+    }
+    return v;
+}
+
+}  // namespace
+
+std::string crc_text(std::uint32_t crc) {
+    char hex[8];
+    integrity::crc32c_hex(crc, hex);
+    return "crc32c:" + std::string(hex, 8);
+}
+
+std::string to_json(const checksum_record& r) {
+    nlohmann::ordered_json j;
+    char hex[8];
+    integrity::crc32c_hex(r.header, hex);
+    j["v"] = 1;
+    j["alg"] = "crc32c";
+    j["chunk"] = r.chunk;
+    j["header"] = std::string(hex, 8);
+    nlohmann::ordered_json t = nlohmann::ordered_json::object();
+    for (const auto& [name, crcs] : r.tensors) {
+        std::string s;
+        s.reserve(crcs.size() * 8);
+        for (std::uint32_t c : crcs) {
+            integrity::crc32c_hex(c, hex);
+            s.append(hex, 8);
+        }
+        t[name] = std::move(s);
+    }
+    j["tensors"] = std::move(t);
+    return j.dump();
+}
+
+checksum_record parse_checksum_record(std::string_view text, const std::string& file) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) bad(file, "not a JSON object");
+    auto field = [&](const char* name) -> const nlohmann::json& {
+        auto it = j.find(name);
+        if (it == j.end()) bad(file, std::string("no \"") + name + "\"");
+        return *it;
+    };
+    if (field("v") != 1) bad(file, "version " + field("v").dump() + " is not 1 (written by a newer ferry?)");
+    if (field("alg") != "crc32c") bad(file, "algorithm " + field("alg").dump() + " is not \"crc32c\"");
+    checksum_record r;
+    const auto& chunk = field("chunk");
+    if (!chunk.is_number_unsigned() || chunk.get<std::uint64_t>() < 4096 || chunk.get<std::uint64_t>() > (1ull << 40))
+        bad(file, "chunk " + chunk.dump() + " is not a byte count in [4096, 2^40]");
+    r.chunk = chunk.get<std::uint64_t>();
+    const auto& header = field("header");
+    if (!header.is_string() || header.get_ref<const std::string&>().size() != 8)
+        bad(file, "header is not 8 hex digits");
+    r.header = parse_hex8(header.get_ref<const std::string&>(), file);
+    const auto& tensors = field("tensors");
+    if (!tensors.is_object()) bad(file, "tensors is not an object");
+    for (const auto& [name, value] : tensors.items()) {
+        if (!value.is_string() || value.get_ref<const std::string&>().size() % 8 != 0)
+            bad(file, "tensor '" + name + "': not a string of 8 hex digits per chunk");
+        std::string_view s = value.get_ref<const std::string&>();
+        std::vector<std::uint32_t> crcs;
+        crcs.reserve(s.size() / 8);
+        for (std::size_t i = 0; i < s.size(); i += 8) crcs.push_back(parse_hex8(s.substr(i, 8), file));
+        r.tensors.emplace(name, std::move(crcs));
+    }
+    return r;
+}
+
+std::uint32_t header_digest(const std::vector<safetensors_tensor_info>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
+    std::vector<const safetensors_tensor_info*> sorted;
+    for (const auto& t : tensors) sorted.push_back(&t);
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+    std::string s;
+    for (const auto* t : sorted) {
+        s += t->name;
+        s += '\0';
+        s += safetensors_name(t->type).value_or("?");
+        s += '\0';
+        for (std::int64_t d : t->shape) s += std::to_string(d) + ",";
+        s += '\0' + std::to_string(t->begin) + '\0' + std::to_string(t->end) + '\n';
+    }
+    for (const auto& [k, v] : metadata) {
+        if (k == checksum_key) continue;
+        s += k + '\0' + v + '\n';
+    }
+    return integrity::crc32c(s.data(), s.size());
+}
+
+std::vector<std::uint32_t> host_crcs(const std::vector<std::pair<const void*, std::uint64_t>>& spans,
+                                     unsigned threads) {
+    std::vector<std::uint32_t> out(spans.size(), 0);
+    std::uint64_t total = 0;
+    for (const auto& s : spans) total += s.second;
+    unsigned n = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
+    // A thread costs ~50 us to start: worth it only for a few MiB each.
+    n = static_cast<unsigned>(std::clamp<std::uint64_t>(total >> 22, 1, std::min<std::uint64_t>(n, spans.size())));
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+        for (std::size_t i; (i = next.fetch_add(1)) < spans.size();)
+            out[i] = integrity::crc32c(spans[i].first, spans[i].second);
+    };
+    std::vector<std::thread> pool;
+    for (unsigned k = 1; k < n; ++k) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    return out;
+}
+
+std::vector<std::vector<std::uint32_t>> chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk,
+                                                   stream_t s) {
+    std::vector<std::vector<std::uint32_t>> out(views.size());
+    std::vector<std::pair<const void*, std::uint64_t>> host;
+    std::vector<std::pair<std::size_t, std::size_t>> host_at;  // (view, chunk)
+    std::map<int, std::vector<std::pair<std::size_t, std::size_t>>> dev_at;
+    std::map<int, std::vector<kernels::crc_span>> dev;
+    for (std::size_t v = 0; v < views.size(); ++v) {
+        const byte_view& bv = views[v];
+        const std::size_t chunks = static_cast<std::size_t>((bv.bytes + chunk - 1) / chunk);
+        out[v].assign(chunks, 0);
+        for (std::size_t k = 0; k < chunks; ++k) {
+            const auto* p = static_cast<const unsigned char*>(bv.data) + k * chunk;
+            std::uint64_t n = std::min(chunk, bv.bytes - k * chunk);
+            if (bv.where.on_gpu()) {
+                dev[bv.where.device].push_back({p, n});
+                dev_at[bv.where.device].push_back({v, k});
+            } else {
+                host.push_back({p, n});
+                host_at.push_back({v, k});
+            }
+        }
+    }
+    for (const auto& [device, spans] : dev) {
+        std::vector<std::uint32_t> crcs = kernels::crc32c_spans(spans, device, s);
+        const auto& at = dev_at[device];
+        for (std::size_t i = 0; i < crcs.size(); ++i) out[at[i].first][at[i].second] = crcs[i];
+    }
+    std::vector<std::uint32_t> crcs = host_crcs(host);
+    for (std::size_t i = 0; i < crcs.size(); ++i) out[host_at[i].first][host_at[i].second] = crcs[i];
+    return out;
+}
+
+std::optional<checksum_record> find_record(const safetensors_info& info, const std::string& file) {
+    auto it = info.metadata.find(std::string(checksum_key));
+    if (it == info.metadata.end()) return std::nullopt;
+    return parse_checksum_record(it->second, file);
+}
+
+void verify_loaded(const safetensors_info& info, const std::string& file, const std::vector<loaded_view>& views,
+                   verify_mode mode, stream_t s) {
+    if (mode == verify_mode::never) return;
+    std::optional<checksum_record> rec = find_record(info, file);
+    if (!rec) {
+        if (mode == verify_mode::always)
+            throw integrity_error(file, "", "no checksums recorded (written without them, or by another tool; "
+                                            "verify=\"auto\" loads it unchecked, `ferry verify --record` adds a sidecar)");
+        return;
+    }
+    if (std::uint32_t h = header_digest(info.tensors, info.metadata); h != rec->header)
+        throw integrity_error(file, "", "the header (tensor names, dtypes, shapes, offsets or metadata) does not "
+                                        "match its checksum", 0, info.data_offset, crc_text(rec->header), crc_text(h));
+    std::vector<byte_view> bytes;
+    for (const auto& v : views) {
+        auto it = rec->tensors.find(v.tensor->name);
+        const std::uint64_t n = v.tensor->end - v.tensor->begin;
+        if (it == rec->tensors.end())
+            throw integrity_error(file, v.tensor->name, "no checksum recorded for this tensor (the header changed?)");
+        if (it->second.size() != (n + rec->chunk - 1) / rec->chunk)
+            throw integrity_error(file, v.tensor->name, "the record has " + std::to_string(it->second.size()) +
+                                                            " chunk checksums for " + std::to_string(n) + " bytes");
+        bytes.push_back(v.bytes);
+    }
+    std::vector<std::vector<std::uint32_t>> got = chunk_crcs(bytes, rec->chunk, s);
+    std::size_t bad_chunks = 0;
+    std::optional<integrity_error> first;
+    for (std::size_t i = 0; i < views.size(); ++i) {
+        const auto& want = rec->tensors.find(views[i].tensor->name)->second;
+        for (std::size_t k = 0; k < want.size(); ++k) {
+            if (want[k] == got[i][k]) continue;
+            ++bad_chunks;
+            if (first) continue;
+            const std::uint64_t b = info.data_offset + views[i].tensor->begin + k * rec->chunk;
+            const std::uint64_t e = std::min(b + rec->chunk, info.data_offset + views[i].tensor->end);
+            first.emplace(file, views[i].tensor->name, "checksum mismatch: the bytes read are not the bytes written",
+                          b, e, crc_text(want[k]), crc_text(got[i][k]));
+        }
+    }
+    if (!first) return;
+    if (bad_chunks == 1) throw *first;
+    throw integrity_error(first->file(), first->tensor(),
+                          first->reason() + " (and " + std::to_string(bad_chunks - 1) + " more chunks)", first->begin(),
+                          first->end(), first->expected(), first->actual());
+}
+
+std::string make_checksum_record(const std::vector<safetensors_entry>& entries,
+                                 const std::vector<std::uint64_t>& offsets, const std::vector<array>& data,
+                                 const std::map<std::string, std::string>& metadata) {
+    checksum_record r;
+    std::vector<safetensors_tensor_info> table;
+    std::vector<byte_view> views;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        table.push_back({entries[i].name, entries[i].type, entries[i].shape, offsets[i], offsets[i] + entries[i].bytes});
+        views.push_back({data[i].data(), data[i].nbytes(), data[i].where()});
+    }
+    r.header = header_digest(table, metadata);
+    std::vector<std::vector<std::uint32_t>> crcs = chunk_crcs(views, r.chunk);
+    for (std::size_t i = 0; i < entries.size(); ++i) r.tensors.emplace(entries[i].name, std::move(crcs[i]));
+    return to_json(r);
+}
+
+}  // namespace ferry::formats
