@@ -226,12 +226,13 @@ std::string make_checksum_record(const std::vector<safetensors_entry>& entries,
     std::vector<safetensors_tensor_info> table;
     std::vector<byte_view> views;
     for (std::size_t i = 0; i < entries.size(); ++i) {
-        table.push_back({entries[i].name, entries[i].type, entries[i].shape, offsets[i], offsets[i] + entries[i].bytes});
+        table.push_back({std::string(entries[i].name), entries[i].type, *entries[i].shape, offsets[i],
+                         offsets[i] + entries[i].bytes});
         views.push_back({data[i].data(), data[i].nbytes(), data[i].where()});
     }
     r.header = header_digest(table, metadata);
     std::vector<std::vector<std::uint32_t>> crcs = chunk_crcs(views, r.chunk);
-    for (std::size_t i = 0; i < entries.size(); ++i) r.tensors.emplace(entries[i].name, std::move(crcs[i]));
+    for (std::size_t i = 0; i < entries.size(); ++i) r.tensors.emplace(std::string(entries[i].name), std::move(crcs[i]));
     return to_json(r);
 }
 
