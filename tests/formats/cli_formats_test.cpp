@@ -10,31 +10,15 @@
 #include "ferry/checksum.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
+#include "cli_run.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
 namespace {
 
-struct result {
-    int status = -1;
-    std::string out;  // stdout
-    std::string err;  // stderr
-};
+using result = test::cli_result;
 
-result run(const std::string& args, const test::temp_dir& dir) {
-    std::string err_file = dir / "stderr.txt";
-    std::string cmd = std::string("'") + FERRY_CLI + "' " + args + " 2>'" + err_file + "'";
-    result r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    auto e = test::read_whole(err_file);
-    r.err.assign(e.begin(), e.end());
-    return r;
-}
+result run(const std::string& args, const test::temp_dir& dir) { return test::run_cli(args, dir); }
 
 std::string vector_file(const std::string& name) { return std::string(FERRY_TEST_DATA) + "/" + name; }
 

@@ -14,34 +14,18 @@
 
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
+#include "cli_run.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
 namespace {
 
-struct result {
-    int status = -1;
-    std::string out;
-    std::string err;
-};
+using result = test::cli_result;
 
 // Runs `ferry ARGS` through sh in `cwd` (prefix: shell words before it, e.g. variables).
 result run(const std::string& args, const test::temp_dir& dir, const std::string& cwd = "",
            const std::string& prefix = "") {
-    std::string err_file = dir / "stderr.txt";
-    std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + prefix + "'" + FERRY_CLI + "' " + args +
-                      " 2>'" + err_file + "'";
-    result r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    auto e = test::read_whole(err_file);
-    r.err.assign(e.begin(), e.end());
-    std::filesystem::remove(err_file);
-    return r;
+    return test::run_cli(args, dir, cwd, prefix);
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

@@ -13,27 +13,15 @@
 #include "ferry/checkpoint.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
+#include "cli_run.hpp"
 #include "test_util.hpp"
 
 namespace ferry {
 namespace {
 
-struct result {
-    int status = -1;
-    std::string out;
-};
+using result = test::cli_result;
 
-result run(const std::string& args) {
-    std::string cmd = std::string("'") + FERRY_CLI + "' " + args + " 2>&1";
-    result r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+result run(const std::string& args) { return test::run_cli(args); }
 
 array filled(std::int64_t n, std::uint32_t seed) {
     array a(dtype::float32, {n});
