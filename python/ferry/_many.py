@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._convert import fspath, target
+from ._convert import fspath, is_gpu, target
 from ._errors import EndOfFileError, Error, FormatError, IntegrityError, UsageError, _file_error_class
 from ._many_device import device_loader
 
@@ -344,7 +344,7 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     results: list[Any] = [None] * n
     failed: dict[int, BaseException] = {}
     later: list[int] = []
-    loader = None if _host_fast(dev, lib) else device_loader(dev, lib, results, failed)
+    loader = device_loader(dev, lib, results, failed) if is_gpu(dev) else None
     if _host_fast(dev, lib):
         _load_host(names, request, results, failed, later)
     elif loader is not None:

@@ -302,3 +302,34 @@ def test_device_batched_safetensors_and_errors(gpu, tmp_path):
     np.testing.assert_array_equal(got[2]["b"].get(), np.ones(5, np.int64))
     with pytest.raises(FileNotFoundError, match=r"paths\[1\]"):
         ferry.load_many(paths, device="cuda")
+
+
+def test_torch_host_tensors_and_the_dataloader_recipe(tmp_path):
+    """like= a host torch tensor loads file by file (no GPU batching is asked for), and the
+    DataLoader recipe of docs/python.md runs as written, on the CPU."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    paths = []
+    for i in range(10):
+        np.save(tmp_path / ("t%d.npy" % i), np.full((3, i + 1), i, np.float32))
+        paths.append(str(tmp_path / ("t%d.npy" % i)))
+
+    class NpyBatches(torch.utils.data.Dataset):
+        def __init__(self, paths, device="cpu"):
+            self.paths, self.like = paths, torch.empty(0, device=device)
+
+        def __len__(self):
+            return len(self.paths)
+
+        def __getitem__(self, batch):
+            return ferry.load_many([self.paths[i] for i in batch], like=self.like)
+
+    ds = NpyBatches(paths)
+    loader = DataLoader(ds, sampler=BatchSampler(SequentialSampler(ds), batch_size=4, drop_last=False),
+                        batch_size=None, num_workers=0)
+    got = [t for batch in loader for t in batch]
+    assert len(got) == 10
+    for i, t in enumerate(got):
+        assert isinstance(t, torch.Tensor)
+        np.testing.assert_array_equal(t.numpy(), np.full((3, i + 1), i, np.float32))
