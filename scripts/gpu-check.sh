@@ -2,7 +2,7 @@
 # Builds ferry, runs every test and measures it on a GPU machine, in one go, and ends with a
 # short table. Logs go to $OUT (or ./gpu-check-out). Needs the .deps/ bundle on machines
 # without network (scripts/deps.sh --bundle).
-#   scripts/gpu-check.sh [all|test|bench|hot|peers|sidebyside|ab|sanitize] [bench size, default 8G]
+#   scripts/gpu-check.sh [all|test|bench|hot|peers|sidebyside|ab|sanitize|into] [bench size, default 8G]
 #     (BUILD_TARGETS: build only these ninja targets)
 #     hot: only the hot-read sweep of `ferry bench`; peers: the side-by-side benchmarks of
 #     checkpoints, Zarr and remote objects against the peers importable there (carry their
@@ -12,7 +12,10 @@
 #     $OUT; ab: bench/probes/engine_ab.sh against the
 #     engine source tree in BEFORE_SRC (a plain folder); sanitize: the test binary under
 #     compute-sanitizer's memcheck, racecheck and initcheck side by side (SANITIZE_TOOLS to
-#     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter)
+#     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter); into:
+#     the benchmarks of loads into GPU memory added last (many small files, an MoE-shaped
+#     checkpoint, DCP saves and loads, checksums), each bounded by INTO_TIMEOUT seconds
+#     (default 150) at INTO_SIZE (default 4G)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -29,7 +32,7 @@ nvcc --version | tail -1
 t0=$(date +%s)
 cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
   || { tail -30 /tmp/configure.log; exit 1; }
-targets=(); [ "$what" = sidebyside ] && targets=(ferry_cli ferry_python)  # what that mode runs, no tests
+targets=(); case "$what" in sidebyside|into) targets=(ferry_cli ferry_python) ;; esac  # what those modes run, no tests
 # shellcheck disable=SC2206
 [ -n "${BUILD_TARGETS:-}" ] && targets=($BUILD_TARGETS)  # e.g. "ferry_cli ferry_python" for PEERS=checkpoint
 ninja -C $build "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
@@ -204,6 +207,25 @@ if [ "$what" = ab ]; then
   timeout "${AB_TIMEOUT:-500}" bench/probes/engine_ab.sh "$BEFORE_SRC" >>"$out/engine_ab.txt" 2>&1
   note "engine A/B: rc $?"
   tail -5 "$out/engine_ab.txt"
+fi
+
+if [ "$what" = into ]; then
+  export PYTHONPATH="$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  into_size=${INTO_SIZE:-4G}
+  limit=${INTO_TIMEOUT:-150}
+  runs=(
+    "many_files|bench/many_files_bench.py --dir $TMPDIR/many-files --files 20000 --rounds 2 --device cuda"
+    "moe|bench/many_tensors_bench.py --dir $TMPDIR/many-tensors --tensors 50000 --moe --device cuda --rounds 3"
+    "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size $into_size --tensors 512 --device cuda --rounds 2"
+    "integrity|bench/integrity_bench.py --dir $TMPDIR/integrity --size $into_size --tensors 600 --device cuda --cli $ferry"
+  )
+  for r in "${runs[@]}"; do
+    name=${r%%|*}; cmd=${r#*|}
+    echo "\$ python3 $cmd" | tee "$out/$name.txt"
+    timeout "$limit" python3 $cmd >>"$out/$name.txt" 2>&1
+    note "$name: rc $?"
+    grep -E '^\|' "$out/$name.txt" | tail -12
+  done
 fi
 
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"
