@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -29,10 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const ferry::format_error&) {  // checkpoint_error is one
         return 0;
     }
-    for (std::size_t i = 1; i < got.weight_map.size(); ++i) check(got.weight_map[i - 1].first < got.weight_map[i].first);
+    for (std::size_t i = 1; i < got.weight_map.size(); ++i)
+        check(got.weight_map[i - 1].tensor < got.weight_map[i].tensor);
+    for (const auto& e : got.weight_map) check(e.file < got.files.size());
     nlohmann::json again = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
     for (const auto& [k, v] : got.metadata) again["metadata"][k] = v;
-    for (const auto& [k, v] : got.weight_map) again["weight_map"][k] = v;
+    for (const auto& e : got.weight_map) again["weight_map"][std::string(e.tensor)] = got.files[e.file];
     const std::string written = again.dump();
     ferry::checkpoints::index_json back;
     try {
@@ -40,7 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const ferry::format_error&) {
         check(false);  // JSON written by nlohmann::json from what was read must read back
     }
-    check(back.weight_map == got.weight_map);
+    check(back.weight_map.size() == got.weight_map.size());
+    for (std::size_t i = 0; i < got.weight_map.size(); ++i) {
+        check(back.weight_map[i].tensor == got.weight_map[i].tensor);
+        check(back.files[back.weight_map[i].file] == got.files[got.weight_map[i].file]);
+    }
     check(back.metadata == got.metadata);
     return 0;
 }

@@ -33,7 +33,7 @@ void invariants(const ferry::safetensors_info& info, std::size_t size) {
 // Writing the parsed tensors out again must give a header that parses to the same tensors.
 void round_trip(const ferry::safetensors_info& info) {
     std::vector<ferry::formats::safetensors_entry> entries;
-    for (const auto& t : info.tensors) entries.push_back({t.name, t.type, t.shape, t.end - t.begin});
+    for (const auto& t : info.tensors) entries.push_back({t.name, t.type, &t.shape, t.end - t.begin});
     auto layout = ferry::formats::layout_safetensors(entries, info.metadata);
     std::uint64_t file_size = layout.prefix.size() + layout.data_bytes;
     auto back = ferry::formats::parse_safetensors_header(
