@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "ferry/array.hpp"
 #include "ferry/error.hpp"
+#include "ferry/memory.hpp"
 
 namespace ferry {
 
@@ -81,6 +83,21 @@ struct FERRY_EXPORT verify_report {
 /// are reported in `recorded`. Reads on `threads` threads (0: one per core). Throws what
 /// opening the files throws (system_error, format_error, checkpoint_error).
 FERRY_EXPORT verify_report verify_path(const std::string& path, bool record = false, unsigned threads = 0);
+
+/// Bytes in memory to hash: host memory, or GPU memory of `where`'s device.
+struct FERRY_EXPORT crc_input {
+    const void* data = nullptr;
+    std::uint64_t bytes = 0;
+    placement where = placement::host();
+};
+
+/// The CRC-32C of each `chunk`-byte piece of each input, from its first byte (the last piece
+/// may be shorter; an empty input has none), computed where the bytes are: host inputs on up
+/// to one thread per core, GPU inputs by one kernel launch per device, queued on `s` after the
+/// work already there. The values are the ones records hold (docs/integrity.md). Throws
+/// usage_error for a chunk of 0 bytes, cuda_error when a launch fails.
+FERRY_EXPORT std::vector<std::vector<std::uint32_t>> crc32c_chunks(const std::vector<crc_input>& inputs,
+                                                                   std::uint64_t chunk, stream_t s = nullptr);
 
 /// verify_report as JSON (files, unverifiable, recorded, mismatches, bytes, seconds, status).
 FERRY_EXPORT std::string to_json(const verify_report& r);

@@ -17,6 +17,7 @@
 #include "bind.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/registered_file.hpp"
 
 namespace ferry::python {
@@ -352,6 +353,31 @@ void bind_file(nb::module_& m) {
         "many files share the stream lanes' buffers, so many small pieces cost about what one\n"
         "large read does. All buffers host memory, or GPU memory of one device. Work queued on\n"
         "a buffer's producer stream is waited for first.");
+
+    m.def(
+        "crc32c_chunks",
+        [](nb::list buffers, std::uint64_t chunk) {
+            std::vector<foreign_memory> memories;
+            std::vector<crc_input> inputs;
+            memories.reserve(nb::len(buffers));
+            std::size_t index = 0;
+            for (nb::handle b : buffers) {
+                request_memory r = memory_for(b, false, std::nullopt, "crc32c_chunks: buffer " + std::to_string(index++));
+                inputs.push_back({r.mem.data, r.n, r.mem.where});
+                memories.push_back(std::move(r.mem));
+            }
+            std::vector<std::vector<std::uint32_t>> out;
+            {
+                nb::gil_scoped_release nogil;
+                wait_for_producers(memories);
+                out = crc32c_chunks(inputs, chunk);
+            }
+            return out;
+        },
+        "buffers"_a, "chunk"_a,
+        "The CRC-32C of each `chunk`-byte piece of each buffer (host or GPU memory), as the\n"
+        "checksum records hold them: host buffers on the host's cores, GPU buffers in one\n"
+        "launch per device. Work queued on a buffer's producer stream is waited for first.");
 }
 
 }  // namespace ferry::python

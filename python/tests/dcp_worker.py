@@ -6,7 +6,9 @@ on every rank), rank-local tensors (one name per rank), non-tensor values and, w
 DTensor, a tensor sharded over the ranks along dimension 0. It then loads it back with
 ferry.dcp.FileSystemReader, read once across the group (``dedup`` on) and each rank alone
 (``dedup`` off), the DTensor resharded along dimension 1, and checks every value. The bytes
-each load read from storage and the results go to ``--out`` as JSON.
+each load read from storage and the results go to ``--out`` as JSON. Then rank 0 flips one byte
+of a replicated tensor and of a DTensor shard: every rank's load must fail with
+ferry.IntegrityError, read once across the group and resharded alike.
 """
 
 import argparse
@@ -95,7 +97,51 @@ def run(a, torch, dist, dcp, ferry, result):
             assert torch.equal(out["sharded"].full_tensor(), parts[0]), "resharded DTensor"
         result["loads"]["dedup" if dedup else "alone"] = reader.stats
     result["dtensor"] = parts is not None
+    for victim, dedup in (("model.embed", True), ("sharded", False)):
+        if victim == "sharded" and parts is None:
+            continue
+        result["corrupt_" + victim] = corrupted_load(a, torch, dist, dcp, ferry, sd, parts, victim, dedup)
     truncated_load(a, torch, dist, dcp, ferry, sd, result)
+
+
+def corrupted_load(a, torch, dist, dcp, ferry, sd, parts, victim, dedup):
+    """Rank 0 flips the first byte of the storage of ``victim`` (every saved shard of it); each
+    rank's load then fails (the error's type and text returned); the bytes are restored."""
+    import os
+
+    manifest = json.load(open(os.path.join(a.ckpt, ".ferry-checksums.json")))
+    spots = [(os.path.join(a.ckpt, f), e[0]) for f, entries in manifest["files"].items()
+             for e in entries if e[2].split("@")[0] == victim]
+    assert spots, "no checksums recorded for %s" % victim
+    dist.barrier()
+    if a.rank == 0:
+        for path, at in spots:
+            with open(path, "r+b") as f:
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ 0x10]))
+    dist.barrier()
+    out = {"model": {k: torch.zeros_like(v) for k, v in sd["model"].items()}, "step": 0}
+    if victim == "sharded":
+        out = {"sharded": parts[2]}
+    try:
+        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(a.ckpt, dedup=dedup, timeout=30))
+        got = "loaded"
+    except BaseException as e:  # DCP's CheckpointException is a BaseException
+        failures = getattr(e, "failures", None) or {0: (e,)}
+        inner = next(iter(failures.values()))[0]
+        got = "%s: %s" % (type(inner).__name__, inner)
+    dist.barrier()
+    if a.rank == 0:
+        for path, at in spots:
+            with open(path, "r+b") as f:
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ 0x10]))
+    dist.barrier()
+    return got
 
 
 def truncated_load(a, torch, dist, dcp, ferry, sd, result):

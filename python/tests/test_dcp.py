@@ -139,7 +139,8 @@ def test_files_are_dcps_own(tmp_path):
     sd = _state()
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "f")))
     dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp_path / "t")))
-    assert sorted(os.listdir(tmp_path / "f")) == sorted(os.listdir(tmp_path / "t"))
+    # ferry's writer adds its checksum manifest (ferry.dcp._checksums), nothing else.
+    assert sorted(os.listdir(tmp_path / "f")) == sorted(os.listdir(tmp_path / "t") + [".ferry-checksums.json"])
     mf = dcp.FileSystemReader(str(tmp_path / "f")).read_metadata()
     mt = dcp.FileSystemReader(str(tmp_path / "t")).read_metadata()
     assert mf.state_dict_metadata.keys() == mt.state_dict_metadata.keys()
@@ -437,6 +438,12 @@ def test_ranks_read_shared_bytes_once(tmp_path, world):
     # A truncated file fails the shared load on every rank, naming the file, within the timeout.
     for res in results:
         assert "truncated" in res["truncated"] and ".distcp" in res["truncated"], res["truncated"]
+    # A flipped byte fails every rank's load with IntegrityError naming the tensor, whether the
+    # group read it once or each rank read its reshard parts.
+    for res in results:
+        for victim in ("model.embed",) + (("sharded",) if results[0]["dtensor"] else ()):
+            got = res["corrupt_" + victim]
+            assert got.startswith("IntegrityError") and victim in got and "crc32c:" in got, got
     alone = sum(res["loads"]["alone"]["bytes_read"] for res in results)
     together = sum(res["loads"]["dedup"]["bytes_read"] for res in results)
     assert together < alone, (together, alone)

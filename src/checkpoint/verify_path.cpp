@@ -3,10 +3,13 @@
 // manifest (`FILE.ferry-checksums.json`, which --record writes for files of other tools). The
 // chunks are read and hashed on a pool of threads (one per core), each with its own buffer, so
 // a hot checkpoint is checked at the speed of reading and hashing on every core at once.
+// A torch.distributed.checkpoint folder is checked against the manifest ferry's DCP writer
+// records beside its .metadata (`.ferry-checksums.json`, python/ferry/dcp/_checksums.py).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -87,6 +90,92 @@ void write_sidecar(const std::string& path, std::uint64_t size, const std::vecto
     });
 }
 
+// A torch.distributed.checkpoint folder: a folder with a .metadata.
+bool is_dcp_folder(const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_directory(path, ec) &&
+           std::filesystem::is_regular_file(std::filesystem::path(path) / ".metadata", ec);
+}
+
+// One tensor's storage in a DCP data file, as the manifest records it.
+struct dcp_entry {
+    std::uint64_t begin = 0, length = 0;
+    std::string tensor;
+    std::vector<std::uint32_t> crcs;
+};
+
+struct dcp_manifest {
+    std::uint64_t chunk = 0;
+    std::map<std::string, std::vector<dcp_entry>> files;  ///< by data file name
+};
+
+std::string read_small_file(const std::string& path) {
+    file f(path, open_mode::read);
+    std::string text(static_cast<std::size_t>(std::min<std::uint64_t>(f.size(), 1ull << 30)), '\0');
+    if (!text.empty()) f.read(text.data(), text.size(), 0);
+    return text;
+}
+
+// The folder's manifest; nullopt with `why` when there is none or it describes another save
+// (its "metadata" is not the CRC-32C of the .metadata there now). Throws format_error naming
+// the manifest, the field and the reason when it does not parse.
+std::optional<dcp_manifest> read_dcp_manifest(const std::string& folder, std::string& why) {
+    const std::string path = (std::filesystem::path(folder) / ".ferry-checksums.json").string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+        why = "no checksum manifest (.ferry-checksums.json)";
+        return std::nullopt;
+    }
+    auto bad = [&](const std::string& reason) { return format_error(path, "manifest", reason); };
+    nlohmann::json j = nlohmann::json::parse(read_small_file(path), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("metadata") || !j["metadata"].is_string() ||
+        !j.contains("files") || !j["files"].is_object() || !j.contains("chunk"))
+        throw bad("not a JSON object with \"chunk\", \"metadata\" and \"files\"");
+    // The digits and the version, algorithm and chunk are checked by the record's parser: one
+    // hex reader, one set of messages.
+    nlohmann::json rec{{"v", j.value("v", 0)}, {"alg", j.value("alg", "")}, {"chunk", j["chunk"]},
+                       {"header", j["metadata"]}, {"tensors", nlohmann::json::object()}};
+    std::vector<std::pair<std::string, std::size_t>> where;  // (file, entry) of each "tensor" below
+    for (const auto& [name, entries] : j["files"].items()) {
+        if (!entries.is_array()) throw bad("files['" + name + "'] is not a list");
+        for (const auto& e : entries) {
+            if (!e.is_array() || e.size() != 4 || !e[0].is_number_unsigned() || !e[1].is_number_unsigned() ||
+                !e[2].is_string() || !e[3].is_string())
+                throw bad("an entry of files['" + name + "'] is not [begin, length, tensor, crcs]");
+            rec["tensors"][std::to_string(where.size())] = e[3];
+            where.emplace_back(name, where.size());
+        }
+    }
+    formats::checksum_record r = formats::parse_checksum_record(rec.dump(), path);
+    const std::string meta = read_small_file((std::filesystem::path(folder) / ".metadata").string());
+    if (integrity::crc32c(meta.data(), meta.size()) != r.header) {
+        why = "the checksum manifest describes another save (.metadata changed after it was written)";
+        return std::nullopt;
+    }
+    dcp_manifest m;
+    m.chunk = r.chunk;
+    std::size_t i = 0;
+    for (const auto& [name, entries] : j["files"].items())
+        for (const auto& e : entries) {
+            dcp_entry d{e[0].get<std::uint64_t>(), e[1].get<std::uint64_t>(), e[2].get<std::string>(),
+                        r.tensors.at(std::to_string(i++))};
+            if (d.crcs.size() != (d.length + m.chunk - 1) / m.chunk)
+                throw bad("tensor '" + d.tensor + "': " + std::to_string(d.crcs.size()) + " checksums for " +
+                          std::to_string(d.length) + " bytes");
+            m.files[name].push_back(std::move(d));
+        }
+    return m;
+}
+
+// The data files of a DCP folder, sorted.
+std::vector<std::string> dcp_files(const std::string& folder) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(folder))
+        if (e.is_regular_file() && e.path().extension() == ".distcp") out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 // The files `path` names: a checkpoint's shards (a folder, an index, a prefix, a glob), else
 // the file itself.
 std::vector<std::string> files_of(const std::string& path) {
@@ -95,6 +184,7 @@ std::vector<std::string> files_of(const std::string& path) {
     const bool index = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
     const bool prefix = !path.empty() && path.back() == '/';  // an S3 or HTTP prefix
     const bool glob = path.find_first_of("*?[") != std::string::npos && !detail::location(path).is_url();
+    if (dir && is_dcp_folder(path)) return dcp_files(path);
     if (!dir && !index && !prefix && !glob) return {path};
     std::vector<std::string> out;
     for (const auto& s : open_checkpoint(path).shards) out.push_back(s.path);
@@ -180,6 +270,27 @@ bool plan_file(std::size_t fi, const std::string& path, const file& f, bool reco
     return true;
 }
 
+// Adds the jobs of a DCP data file from the folder's manifest; false when it lists none of it.
+bool plan_dcp_file(std::size_t fi, const std::string& path, const file& f, const dcp_manifest& m, verify_report& r,
+                   std::vector<job>& jobs) {
+    auto it = m.files.find(std::filesystem::path(path).filename().string());
+    if (it == m.files.end()) return false;
+    const std::uint64_t size = f.size();
+    for (const dcp_entry& e : it->second) {
+        if (e.begin + e.length > size) {
+            r.mismatches.push_back({path, e.tensor, e.begin, e.begin + e.length, "", "",
+                                    "the file has " + std::to_string(size) + " bytes: it is truncated"});
+            continue;
+        }
+        for (std::size_t k = 0; k < e.crcs.size(); ++k) {
+            const std::uint64_t at = k * m.chunk;
+            jobs.push_back({fi, e.begin + at, std::min(m.chunk, e.length - at), e.crcs[k], e.tensor});
+        }
+        ++r.tensors;
+    }
+    return true;
+}
+
 }  // namespace
 
 verify_report verify_path(const std::string& path, bool record, unsigned threads) {
@@ -189,9 +300,13 @@ verify_report verify_path(const std::string& path, bool record, unsigned threads
     std::vector<std::unique_ptr<file>> files;
     std::vector<job> jobs;
     std::vector<std::size_t> to_record;
+    std::string why;
+    std::optional<dcp_manifest> dcp = is_dcp_folder(path) ? read_dcp_manifest(path, why) : std::nullopt;
     for (std::size_t i = 0; i < paths.size(); ++i) {
         files.push_back(std::make_unique<file>(paths[i], open_mode::read));
-        if (plan_file(i, paths[i], *files.back(), record, r, jobs, to_record))
+        if (dcp && plan_dcp_file(i, paths[i], *files.back(), *dcp, r, jobs))
+            r.files.push_back(redact_location(paths[i]));
+        else if (plan_file(i, paths[i], *files.back(), record, r, jobs, to_record))
             r.files.push_back(redact_location(paths[i]));
         else
             r.unverifiable.push_back(redact_location(paths[i]));

@@ -167,6 +167,23 @@ std::vector<std::vector<std::uint32_t>> chunk_crcs(const std::vector<byte_view>&
     return out;
 }
 
+}  // namespace ferry::formats
+
+namespace ferry {
+
+std::vector<std::vector<std::uint32_t>> crc32c_chunks(const std::vector<crc_input>& inputs, std::uint64_t chunk,
+                                                      stream_t s) {
+    if (chunk == 0) throw usage_error("crc32c_chunks: the chunk size is 0 bytes");
+    std::vector<formats::byte_view> views;
+    views.reserve(inputs.size());
+    for (const crc_input& in : inputs) views.push_back({in.data, in.bytes, in.where});
+    return formats::chunk_crcs(views, chunk, s);
+}
+
+}  // namespace ferry
+
+namespace ferry::formats {
+
 std::optional<checksum_record> find_record(const safetensors_info& info, const std::string& file) {
     auto it = info.metadata.find(std::string(checksum_key));
     if (it == info.metadata.end()) return std::nullopt;

@@ -12,8 +12,10 @@ The steps, on every rank of the group:
    on NCCL) and broadcast from it;
 3. before each chunk's broadcasts an agreement (ferry._distributed._Group.agree) turns a read
    failure on any rank into the same error on every rank instead of a hung broadcast;
-4. after a chunk's broadcasts, each rank copies the items it needs from the record buffers into
-   their destinations; the buffers are dropped chunk by chunk (memory: about two chunks).
+4. after a chunk's broadcasts, each rank checks the records the chunk completed against their
+   recorded checksums (every rank holds the same bytes, so every rank reaches the same verdict)
+   and copies the items it needs from the record buffers into their destinations; the buffers
+   are dropped chunk by chunk (memory: about two chunks).
 """
 
 from __future__ import annotations
@@ -86,11 +88,13 @@ def read_shared(reader: Any, plan: Any, planner: Any, files: Files, g: _Group) -
     gplan = plan_group(entries, g.world, chunk_bytes=min(reader.memory_budget, _CHUNK_BYTES * g.world))
     shared_read = 0
     pending: dict = {}   # record name -> [buffer, bytes still to come]; a record may span chunks
+    checker = reader.checker(files)
     for i in range(len(gplan.chunks)):
-        shared_read += _chunk(reader, planner, files, g, gplan, i, names, by_record, pending)
+        shared_read += _chunk(reader, planner, files, g, gplan, i, names, by_record, pending, checker)
     stats["bytes_read"] += shared_read
     stats["shared_bytes_read"] = shared_read
     stats["shared_bytes"] = sum(k[2] for k in shared)
+    stats["verified_bytes"] = stats.get("verified_bytes", 0) + (checker.bytes if checker is not None else 0)
     return stats
 
 
@@ -104,7 +108,7 @@ def _entry_name(k: tuple) -> str:
 
 
 def _chunk(reader: Any, planner: Any, files: Files, g: _Group, gplan: Any, i: int, names: dict,
-           by_record: dict, pending: dict) -> int:
+           by_record: dict, pending: dict, checker: Any = None) -> int:
     """One chunk: this rank's pieces read, an agreement, the broadcasts, then the copies out of
     each record the chunk completed."""
     chunk = gplan.chunks[i]
@@ -127,6 +131,11 @@ def _chunk(reader: Any, planner: Any, files: Files, g: _Group, gplan: Any, i: in
         g.wait(w, "broadcast of chunk %d" % i)
     for p in chunk.pieces:
         pending[p.name][1] -= p.nbytes
+    done = [name for name in bufs if pending[name][1] == 0]
+    if checker is not None:
+        for name in done:
+            _check_record(reader, checker, names[name], bufs[name], by_record.get(names[name], []))
+        checker.run()
     for name, buf in bufs.items():
         if pending[name][1] == 0:
             for req in by_record.get(names[name], []):
@@ -139,16 +148,30 @@ def _piece(buf: torch.Tensor, p: Any) -> torch.Tensor:
     return buf if p.dim < 0 else buf[p.start:p.stop]
 
 
+def _layout(reader: Any, key: tuple, buf: torch.Tensor, name: str) -> Any:
+    length = key[2]
+    head = buf[:HEAD_BYTES].cpu().numpy().tobytes()
+    tail = buf[length - HEAD_BYTES:].cpu().numpy().tobytes() if length > HEAD_BYTES else b""
+    return reader.layouts.layout(head, tail, length, reader._source_path(key[0]), name)
+
+
+def _check_record(reader: Any, checker: Any, key: tuple, buf: torch.Tensor, reqs: list) -> None:
+    """Queues the check of a tensor record's storage, whole in ``buf``."""
+    if not reqs or reqs[0].type == LoadItemType.BYTE_IO:
+        return
+    name = item_name(reqs[0])
+    layout = _layout(reader, key, buf, name)
+    checker.whole(reader._source_path(key[0]), key[1] + layout.data_offset, layout.storage_bytes, name,
+                  buf[layout.data_offset:layout.data_offset + layout.storage_bytes])
+
+
 def _deliver(reader: Any, planner: Any, req: Any, key: tuple, buf: torch.Tensor) -> None:
     """One item copied from its record's bytes in memory into its destination."""
     path = reader._source_path(key[0])
     if req.type == LoadItemType.BYTE_IO:
         planner.load_bytes(req, io.BytesIO(buf.cpu().numpy().tobytes()))
         return
-    length = key[2]
-    head = buf[:HEAD_BYTES].cpu().numpy().tobytes()
-    tail = buf[length - HEAD_BYTES:].cpu().numpy().tobytes() if length > HEAD_BYTES else b""
-    layout = reader.layouts.layout(head, tail, length, path, item_name(req))
+    layout = _layout(reader, key, buf, item_name(req))
     src = tensor_of(buf, layout)
     part = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
     target = planner.resolve_tensor(req).detach()

@@ -5,7 +5,8 @@ The writer saves each file with ferry's safetensors writer (straight from GPU or
 atomically: a temporary file synced and renamed), with the metadata torch's writer puts in each
 file (each tensor's ``saved_offsets``, the DCP version and format), so torch's reader, ferry's
 reader, ``ferry.load_checkpoint``, safetensors and transformers all load the result. The reader
-reads each item's bytes straight into its destination (ferry.dcp._reads).
+reads each item's bytes straight into its destination (ferry.dcp._reads) and checks them
+against the CRC-32C checksums ferry's writer records in each file (docs/integrity.md).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch.futures import Future
 
 from .._api import info, save
 from ._reads import DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges
+from ._checksums import Checker, check_mode, integrity_error, record_of_safetensors
 from ._record import checkpoint_error
 from ._writer import remove_commit_file
 
@@ -105,24 +107,33 @@ class HuggingFaceStorageWriter(_hf.HuggingFaceStorageWriter):
 class HuggingFaceStorageReader(_hf.HuggingFaceStorageReader):
     """A drop-in for ``torch.distributed.checkpoint.HuggingFaceStorageReader``: each item's
     bytes are read by ferry straight into its destination, with at most ``memory_budget``
-    bytes of staging buffers (see ferry.dcp.FileSystemReader)."""
+    bytes of staging buffers (see ferry.dcp.FileSystemReader). ``verify`` as for
+    ferry.dcp.FileSystemReader, against the checksums each file records."""
 
     def __init__(self, path: str, thread_count: int = 1, *,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, verify: str = "auto") -> None:
         super().__init__(path, thread_count=thread_count)
         self.memory_budget = int(memory_budget)
+        self.verify = check_mode(verify)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         files = Files()
         begins: dict = {}
+        crcs: dict = {}
         try:
-            reader = ItemReader(planner, files, self.memory_budget)
+            reader = ItemReader(planner, files, self.memory_budget,
+                                Checker(crcs, files) if self.verify != "never" else None)
             sources = []
             for req in plan.items:
                 sinfo = self.storage_data[req.storage_index]
                 path = os.fspath(sinfo.relative_path)
                 if path not in begins:
-                    begins[path] = {a["name"]: (a["begin"], a["end"]) for a in info(path)["arrays"]}
+                    described = info(path)
+                    begins[path] = {a["name"]: (a["begin"], a["end"]) for a in described["arrays"]}
+                    recorded = record_of_safetensors(path, described.get("metadata"), described["arrays"])
+                    if recorded is None and self.verify == "always":
+                        raise integrity_error(path, "", "verify='always' and no checksums recorded")
+                    crcs.update(recorded or {(path, b): None for b, _ in begins[path].values()})
                 fqn = req.storage_index.fqn
                 if fqn not in begins[path]:
                     raise checkpoint_error(path, fqn, "the file has no such tensor")

@@ -5,7 +5,8 @@ through ferry.
 tensor record the plan needs (its head and tail, a few KiB; a small record whole) and every
 byte record, in one batch; then each item's bytes straight into its destination tensor, GPU or
 host (ferry.dcp._reads). With a process group and ``dedup`` (the default), records that several
-ranks need are read once across the group and broadcast (ferry.dcp._group).
+ranks need are read once across the group and broadcast (ferry.dcp._group). Where ferry's
+writer recorded checksums (ferry.dcp._checksums), the bytes read are checked against them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future
 
+from ._checksums import Checker, check_mode, integrity_error, read_manifest
 from ._record import HEAD_BYTES, TAIL_BYTES, LayoutCache, checkpoint_error, tensor_of
 from ._reads import (DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name,
                      read_pieces)
@@ -52,12 +54,23 @@ class FileSystemReader(_fs.FileSystemReader):
     With torch.distributed initialized, ``group`` (default: the default group) and ``dedup``
     (default True): bytes that several ranks need are read once by the group and shared over
     its backend (gloo: host memory, NCCL: GPU memory); ``dedup=False`` has every rank read what
-    it needs itself. Thread safety: one load at a time per reader."""
+    it needs itself. Thread safety: one load at a time per reader.
+
+    ``verify``: ``"auto"`` (default) checks the bytes read against the CRC-32C checksums
+    ferry's writer recorded (``.ferry-checksums.json``) where there are some, ``"always"``
+    refuses a checkpoint without them, ``"never"`` does not check. A mismatch raises
+    ``ferry.IntegrityError`` naming the file, the tensor, the byte range and both checksums,
+    before the items of the failed round are committed (tensors of earlier rounds, loaded in
+    place, may hold their new values)."""
 
     def __init__(self, path: str | os.PathLike, _extension_registry: Any = None, *,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET, dedup: bool = True,
-                 group: Any = None, timeout: float = 300.0) -> None:
+                 group: Any = None, timeout: float = 300.0, verify: str = "auto") -> None:
         super().__init__(path, _extension_registry)
+        self.verify = check_mode(verify)
+        self.checksums: dict | None = None
+        self.unverified_reason = ""
+        self.checksum_error: Exception | None = None
         self.memory_budget = int(memory_budget)
         self.dedup = dedup
         self.group = group
@@ -74,7 +87,26 @@ class FileSystemReader(_fs.FileSystemReader):
                       ", ".join(left[:4]) + (" ..." if len(left) > 4 else "")) if left else
                       "no %s: not a DCP checkpoint" % os.path.basename(path))
             raise checkpoint_error(folder, None, reason)
-        return super().read_metadata(*args, **kwargs)
+        metadata = super().read_metadata(*args, **kwargs)
+        # Errors wait for read_data: DCP takes one raised here for a missing file and looks for
+        # another .metadata instead.
+        self.checksums, self.unverified_reason, self.checksum_error = None, "verify='never'", None
+        if self.verify != "never":
+            try:
+                self.checksums, self.unverified_reason = read_manifest(os.path.dirname(path),
+                                                                       os.path.basename(path))
+            except Exception as e:
+                self.checksum_error = e
+            if self.checksums is None and self.checksum_error is None and self.verify == "always":
+                self.checksum_error = integrity_error(os.fspath(self.path), "", "verify='always' and no "
+                                                      "checksums: " + self.unverified_reason)
+        return metadata
+
+    def checker(self, files: Files) -> Checker | None:
+        """The checker of a load's bytes, or None when nothing is checked."""
+        if getattr(self, "checksum_error", None) is not None:
+            raise self.checksum_error
+        return Checker(self.checksums, files) if getattr(self, "checksums", None) is not None else None
 
     def _source_path(self, relative: str) -> str:
         return os.path.join(os.fspath(self.path), relative)
@@ -118,13 +150,33 @@ class FileSystemReader(_fs.FileSystemReader):
 
     def _read_local(self, items: list, planner: LoadPlanner, files: Files) -> dict:
         recs = self.records(items, files)
-        reader = ItemReader(planner, files, self.memory_budget)
+        reader = ItemReader(planner, files, self.memory_budget, self.checker(files))
+        if reader.checker is not None:
+            self._check_small(items, recs, reader.checker)
         for req in items:
             info = self.storage_data[req.storage_index]
             rec = recs[(info.relative_path, info.offset)]
             self.resolve(req, rec, reader)
         reader.flush()
-        return {"bytes_read": reader.bytes_read + sum(r.head.size + r.tail.size for r in recs.values())}
+        return {"bytes_read": reader.bytes_read + sum(r.head.size + r.tail.size for r in recs.values()),
+                "verified_bytes": reader.checker.bytes if reader.checker is not None else 0}
+
+    def _check_small(self, items: list, recs: dict, checker: Checker) -> None:
+        """Checks the tensors of the records read whole (small ones) in one go, before any
+        item is resolved from them."""
+        seen = set()
+        for req in items:
+            info = self.storage_data[req.storage_index]
+            key = (info.relative_path, info.offset)
+            rec = recs[key]
+            if req.type == LoadItemType.BYTE_IO or not rec.whole or key in seen:
+                continue
+            seen.add(key)
+            name = item_name(req)
+            layout = self.layouts.layout(rec.head.tobytes(), b"", rec.length, rec.path, name)
+            data = torch.from_numpy(rec.head)[layout.data_offset:layout.data_offset + layout.storage_bytes]
+            checker.whole(rec.path, rec.offset + layout.data_offset, layout.storage_bytes, name, data)
+        checker.run()
 
     def resolve(self, req: Any, rec: _Record, reader: ItemReader) -> None:
         """Hands one item to the reader: byte records and small records from what was read,

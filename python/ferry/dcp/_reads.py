@@ -8,7 +8,9 @@ the file; when the destination is contiguous too and of the same dtype, the rang
 straight into it. Anything else (a reshard along an inner dimension, a dtype the planner
 converts, a destination that is a strided view) is read into a staging buffer on the
 destination's device and copied from there. Staging buffers of one round stay under the
-memory budget; the reads of a round go to ferry as one batch per device.
+memory budget; the reads of a round go to ferry as one batch per device. With a ``checker``
+(ferry.dcp._checksums.Checker), each round's bytes are checked against their recorded checksums
+before its items are committed.
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ def check_ranges(ranges: list) -> None:
 class ItemReader:
     """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory."""
 
-    def __init__(self, planner: Any, files: Files, budget: int) -> None:
+    def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None) -> None:
         self.planner, self.files, self.budget = planner, files, max(1, int(budget))
+        self.checker = checker
         self.direct: list = []     # (path, offset, buf)
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
@@ -118,6 +121,7 @@ class ItemReader:
             self.direct.append((src.path, src.base + view.storage_offset() * item, bytes_view(target)))
             self.commits.append((req, target))
             self.bytes_read += view.numel() * item
+            self._check(src, view.storage_offset() * item, view.numel() * item, self.direct[-1][2])
         else:
             first = view.storage_offset()
             last = first + sum((n - 1) * s for n, s in zip(view.size(), view.stride()))
@@ -130,6 +134,18 @@ class ItemReader:
             self.staged.append(_Staged(req, target, buf, rel))
             self.staged_bytes += span
             self.bytes_read += span
+            self._check(src, first * item, span, buf)
+
+    def _check(self, src: Source, first: int, nbytes: int, buf: torch.Tensor) -> None:
+        """Queues the check of bytes [first, first + nbytes) of the source's storage, read into
+        ``buf``: on ``buf`` itself when they are the whole storage, else by their chunks."""
+        if self.checker is None:
+            return
+        length = src.layout.untyped_storage().nbytes()
+        if first == 0 and nbytes == length:
+            self.checker.whole(src.path, src.base, length, src.name, buf)
+        else:
+            self.checker.part(src.path, src.base, length, src.name, first, first + nbytes)
 
     def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
         """An item whose whole record was read already (small records): copied from host."""
@@ -142,8 +158,10 @@ class ItemReader:
         self.planner.commit_tensor(req, target)
 
     def flush(self) -> None:
-        """Reads what was added, copies the staged parts and commits every item."""
+        """Reads what was added, checks it, copies the staged parts and commits every item."""
         read_pieces(self.files, self.direct)
+        if self.checker is not None:
+            self.checker.run()
         for s in self.staged:
             s.target.copy_(s.view)
             self.planner.commit_tensor(s.req, s.target)

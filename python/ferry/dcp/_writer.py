@@ -9,6 +9,9 @@ or host, by ferry's parallel writes (no pageable copy of a GPU tensor). A file i
 ``<name>.tmp``, synced when ``sync_files`` (the default) and renamed into place; the folder's
 old ``.metadata`` is removed before any data file is written and the new one is written last,
 so a folder whose save did not finish has no ``.metadata`` and is refused by every reader.
+While the writes run, the CRC-32C of every 64 MiB chunk of every tensor is computed where the
+tensor is and recorded after ``.metadata`` in ``.ferry-checksums.json`` (ferry.dcp._checksums),
+which ferry's reader checks.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from .. import _ferry
+from ._checksums import CHUNK, CheckedStorageInfo, hex_of, manifest_name, strip_and_collect, write_manifest
 from ._record import Skeleton, skeleton
 
 _METADATA = ".metadata"
@@ -43,6 +47,7 @@ class _FileLayout:
         self.size = 0
         self.results: list = []
         self.has_gpu = False
+        self.tensors: list = []   # (result index, storage begin, bytes, tensor's bytes)
 
     def add_bytes(self, data: bytes | memoryview) -> int:
         at = self.size
@@ -55,6 +60,7 @@ class _FileLayout:
         at = self.add_bytes(sk.head)
         if sk.nbytes:
             self.pieces.append((self.size, _bytes_view(t)))
+            self.tensors.append((len(self.results), self.size, sk.nbytes, self.pieces[-1][1]))
             self.has_gpu = self.has_gpu or t.is_cuda
             self.size += sk.nbytes
             self.add_bytes(sk.tail)
@@ -90,13 +96,15 @@ class FileSystemWriter(_fs.FileSystemWriter):
     ``per_thread_copy_ahead`` is accepted and unused (nothing is copied to host memory first).
     Only ``SerializationFormat.TORCH_SAVE`` (DCP's default) and no stream extensions are
     supported. For ``dcp.async_save`` the state dict is staged in pinned host memory when CUDA
-    is available (see :meth:`stage`)."""
+    is available (see :meth:`stage`). ``checksums`` (default True): the CRC-32C of every 64 MiB
+    chunk of every tensor is recorded in ``.ferry-checksums.json`` (ferry.dcp._checksums)."""
 
     def __init__(self, path: str | os.PathLike, single_file_per_rank: bool = True,
                  sync_files: bool = True, thread_count: int = 1,
                  per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
                  overwrite: bool = True, _extensions: Any = None,
-                 serialization_format: Any = _fs.SerializationFormat.TORCH_SAVE) -> None:
+                 serialization_format: Any = _fs.SerializationFormat.TORCH_SAVE, *,
+                 checksums: bool = True) -> None:
         if _extensions:
             raise ValueError("ferry.dcp.FileSystemWriter: stream extensions are not supported")
         if serialization_format != _fs.SerializationFormat.TORCH_SAVE:
@@ -105,20 +113,34 @@ class FileSystemWriter(_fs.FileSystemWriter):
         super().__init__(path, single_file_per_rank=single_file_per_rank, sync_files=sync_files,
                          thread_count=thread_count, per_thread_copy_ahead=per_thread_copy_ahead,
                          cache_staged_state_dict=cache_staged_state_dict, overwrite=overwrite)
+        self.checksums = bool(checksums)
 
     # Durability: the old .metadata goes before any data file of this save is written (the
     # global plan is made on the coordinator before any rank writes), and comes back last.
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         plans = super().prepare_global_plan(plans)
         remove_commit_file(os.fspath(self.path), _METADATA, sync=self.sync_files)
+        remove_commit_file(os.fspath(self.path), manifest_name(_METADATA), sync=False)
         return plans
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         plan = super().prepare_local_plan(plan)
         if not self.use_collectives and self.rank is not None:  # each rank commits its own
-            remove_commit_file(os.fspath(self.path), "__%d%s" % (self.rank, _METADATA),
-                               sync=self.sync_files)
+            name = "__%d%s" % (self.rank, _METADATA)
+            remove_commit_file(os.fspath(self.path), name, sync=self.sync_files)
+            remove_commit_file(os.fspath(self.path), manifest_name(name), sync=False)
         return plan
+
+    def finish(self, metadata: Any, results: list) -> None:
+        """torch's ``.metadata`` (plain storage records), then the checksum manifest."""
+        plain, files = strip_and_collect(results)
+        super().finish(metadata, plain)
+        if self.checksums:
+            name = ("__%d%s" % (self.rank, _METADATA) if not self.use_collectives and self.rank is not None
+                    else _METADATA)
+            write_manifest(os.fspath(self.path), name, files, self.sync_files)
+            if self.sync_files:
+                _fsync_dir(os.fspath(self.path))
 
     def stage(self, state_dict: Any) -> Any:
         """A copy of ``state_dict`` in host memory for ``dcp.async_save``: pinned when CUDA is
@@ -186,6 +208,22 @@ class FileSystemWriter(_fs.FileSystemWriter):
         return WriteResult(index=item.index, size_in_bytes=length,
                            storage_data=_fs._StorageInfo(storage_key, offset, length))
 
+    def _record_checksums(self, layout: _FileLayout) -> None:
+        """Each tensor's chunk CRCs into its write result's storage info."""
+        views = [t[3] for t in layout.tensors]
+        if not self.checksums or not views:
+            return
+        crcs = _ferry.crc32c_chunks(views, CHUNK)
+        for (i, begin, nbytes, _), c in zip(layout.tensors, crcs):
+            wr = layout.results[i]
+            sd = wr.storage_data
+            name = wr.index.fqn if not wr.index.offset or not any(wr.index.offset) else \
+                "%s@%s" % (wr.index.fqn, list(wr.index.offset))
+            layout.results[i] = type(wr)(index=wr.index, size_in_bytes=wr.size_in_bytes,
+                                         storage_data=CheckedStorageInfo(
+                                             sd.relative_path, sd.offset, sd.length, sd.transform_descriptors,
+                                             storage=(begin, nbytes, name, hex_of(c))))
+
     def _write_file(self, path: str, layout: _FileLayout) -> str:
         """Writes the file as path.tmp, then renames it into place; returns the path."""
         tmp = path + ".tmp"
@@ -195,6 +233,10 @@ class FileSystemWriter(_fs.FileSystemWriter):
             with _ferry.File(tmp, "w") as f:
                 futures = [f.pwrite(buf, at) for at, buf in layout.pieces]
                 errors = []
+                try:  # hashed while the writes run
+                    self._record_checksums(layout)
+                except BaseException as e:
+                    errors.append(e)
                 for fut in futures:  # every write ends before the file closes, failed or not
                     try:
                         fut.result()
