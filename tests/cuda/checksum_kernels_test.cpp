@@ -7,6 +7,7 @@
 #include "cuda/checksum_kernels.hpp"
 #include "cuda/deserialize_kernels.hpp"
 #include "ferry/array.hpp"
+#include "ferry/integrity.hpp"
 #include "integrity/crc32c.hpp"
 #include "test_util.hpp"
 
@@ -32,6 +33,53 @@ TEST(checksum_kernels, spans_match_the_cpu) {
             add(at, n);
     add(3, total - 3);
     EXPECT_EQ(kernels::crc32c_spans(spans, 0, nullptr), want);
+}
+
+// The public entry: chunks of host and GPU inputs in one call give the CPU's values, in order.
+struct chunk_case {
+    static constexpr std::size_t total = (3u << 20) + 100;
+    static constexpr std::uint64_t chunk = 1 << 20;
+    std::vector<unsigned char> host = test::pattern(total, 0, 4);
+    std::vector<std::uint32_t> want(std::size_t at, std::size_t n) const {
+        std::vector<std::uint32_t> w;
+        for (std::size_t k = 0; k < n; k += chunk)
+            w.push_back(integrity::crc32c(host.data() + at + k, std::min<std::size_t>(chunk, n - k)));
+        return w;
+    }
+};
+
+TEST(checksum_kernels, crc32c_chunks_of_host_inputs) {
+    chunk_case c;
+    const auto& host = c.host;
+    const std::size_t total = c.total;
+    const std::uint64_t chunk = c.chunk;
+    auto want = [&](std::size_t at, std::size_t n) { return c.want(at, n); };
+    std::vector<crc_input> in{{host.data(), total, placement::host()}, {host.data() + 5, 0, placement::host()},
+                              {host.data() + 9, 4096, placement::host()}};
+    auto got = crc32c_chunks(in, chunk);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0], want(0, total));
+    EXPECT_TRUE(got[1].empty());
+    EXPECT_EQ(got[2], want(9, 4096));
+    EXPECT_THROW(crc32c_chunks(in, 0), usage_error);
+}
+
+TEST(checksum_kernels, crc32c_chunks_of_host_and_device_inputs) {
+    FERRY_REQUIRE_GPU();
+    chunk_case c;
+    const auto& host = c.host;
+    const std::size_t total = c.total;
+    const std::uint64_t chunk = c.chunk;
+    auto want = [&](std::size_t at, std::size_t n) { return c.want(at, n); };
+    std::vector<crc_input> in{{host.data(), total, placement::host()}};
+    device_buffer dev(total, 0);
+    kernels::copy(dev.data(), host.data(), total, 0, nullptr);
+    kernels::synchronize(nullptr, 0);
+    in.push_back({static_cast<const unsigned char*>(dev.data()) + 1, total - 1, placement::cuda(0)});
+    auto got = crc32c_chunks(in, chunk);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0], want(0, total));
+    EXPECT_EQ(got[1], want(1, total - 1));
 }
 
 }  // namespace
