@@ -71,3 +71,15 @@ if(FERRY_LIBURING_INCLUDE AND FERRY_LIBURING_LIB)
 else()
   message(STATUS "ferry: liburing not found (scripts/deps.sh installs it): built without the io_uring source")
 endif()
+
+# zlib: CRC-32 (crc32_z, crc32_combine) for S3 objects that carry x-amz-checksum-crc32, the
+# checksum AWS's SDKs record by default (src/backend/http/object_checksum.cpp). libcurl links it
+# already; without it such objects are read unchecked and the plan says why.
+add_library(ferry_zlib INTERFACE)
+find_package(ZLIB QUIET)
+if(ZLIB_FOUND)
+  target_link_libraries(ferry_zlib INTERFACE ZLIB::ZLIB)
+  target_compile_definitions(ferry_zlib INTERFACE FERRY_HAVE_ZLIB=1)
+else()
+  message(STATUS "ferry: zlib not found: S3 objects' x-amz-checksum-crc32 is not checked")
+endif()

@@ -321,6 +321,63 @@ def test_checksums_are_checked_on_s3(s3):
         ferry.load_checkpoint("s3://ckpt/hub/", verify="always")
 
 
+def _b64_crc(value):
+    import base64
+    return base64.b64encode(value.to_bytes(4, "big")).decode()
+
+
+def test_s3_objects_own_checksums_are_checked(s3):
+    """An object's own x-amz-checksum-crc32 (what boto3 records by default) or -crc32c is
+    checked once the reads have covered every byte, across ranged GETs, in fromfile and load:
+    a value that does not match the bytes raises IntegrityError naming the object and both
+    values. A multipart upload's composite checksum cannot be checked from the bytes and loads."""
+    import zlib
+    client = s3["client"]
+    a = np.arange(300_000, dtype=np.float32)   # 1.2 MB: several 256 KiB ranges below
+    body = a.tobytes()
+    crc32 = zlib.crc32(body)
+    crc32c = ferry._ferry.crc32c_chunks([np.frombuffer(body, np.uint8)], len(body))[0][0]
+    client.put_object(Bucket="ckpt", Key="sums/good.bin", Body=body, ChecksumAlgorithm="CRC32")
+    head = client.head_object(Bucket="ckpt", Key="sums/good.bin", ChecksumMode="ENABLED")
+    assert head.get("ChecksumCRC32") == _b64_crc(crc32), head   # the server keeps one
+    uploads = {
+        "bad32.bin": dict(ChecksumAlgorithm="CRC32", ChecksumCRC32=_b64_crc(crc32 ^ 1)),
+        "good32c.bin": dict(ChecksumAlgorithm="CRC32C", ChecksumCRC32C=_b64_crc(crc32c)),
+        "bad32c.bin": dict(ChecksumAlgorithm="CRC32C", ChecksumCRC32C=_b64_crc(crc32c ^ 0x80000000)),
+    }
+    for key, extra in uploads.items():
+        client.put_object(Bucket="ckpt", Key="sums/" + key, Body=body, **extra)
+    import io
+    npy = io.BytesIO()
+    np.save(npy, a)
+    client.put_object(Bucket="ckpt", Key="sums/bad.npy", Body=npy.getvalue(), ChecksumAlgorithm="CRC32",
+                      ChecksumCRC32=_b64_crc(zlib.crc32(npy.getvalue()) ^ 4))
+    with ferry.settings(remote_range_size=256 * 1024):
+        for key in ("good.bin", "good32c.bin"):
+            np.testing.assert_array_equal(ferry.fromfile("s3://ckpt/sums/" + key, np.float32), a)
+        for key, alg, want, got in (("bad32.bin", "crc32", crc32 ^ 1, crc32),
+                                    ("bad32c.bin", "crc32c", crc32c ^ 0x80000000, crc32c)):
+            with pytest.raises(ferry.IntegrityError) as e:
+                ferry.fromfile("s3://ckpt/sums/" + key, np.float32)
+            text = str(e.value)
+            assert "s3://ckpt/sums/" + key in text and "x-amz-checksum-" + alg in text, text
+            assert (e.value.expected, e.value.actual) == ("%s:%08x" % (alg, want), "%s:%08x" % (alg, got)), text
+            assert (e.value.begin, e.value.end) == (0, len(body)), text
+        with pytest.raises(ferry.IntegrityError, match="x-amz-checksum-crc32"):
+            ferry.load("s3://ckpt/sums/bad.npy")
+    # A multipart upload: its checksum is one of the parts' checksums, not checked; it loads.
+    big = np.arange((6 << 20) // 8, dtype=np.float64)
+    up = client.create_multipart_upload(Bucket="ckpt", Key="sums/multi.bin", ChecksumAlgorithm="CRC32")
+    parts = []
+    for i, piece in enumerate((big[: (5 << 20) // 8], big[(5 << 20) // 8:]), start=1):
+        r = client.upload_part(Bucket="ckpt", Key="sums/multi.bin", UploadId=up["UploadId"], PartNumber=i,
+                               Body=piece.tobytes(), ChecksumAlgorithm="CRC32")
+        parts.append({"PartNumber": i, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+    client.complete_multipart_upload(Bucket="ckpt", Key="sums/multi.bin", UploadId=up["UploadId"],
+                                     MultipartUpload={"Parts": parts})
+    np.testing.assert_array_equal(ferry.fromfile("s3://ckpt/sums/multi.bin", np.float64), big)
+
+
 def test_checkpoint_into_gpu_from_s3(s3, cupy):
     ref = reference(str(s3["local"] / "hub"))
     got = ferry.load_checkpoint("s3://ckpt/hub/", device="cuda", like="cupy")

@@ -61,6 +61,8 @@ http_source::http_source(http_target target, const settings& s)
       retries_(std::make_unique<std::atomic<std::uint64_t>>(0)),
       ranges_ignored_(std::make_unique<std::atomic<bool>>(false)) {
     identity_ = probe();
+    if (identity_.checksum)
+        tally_ = std::make_unique<checksum_tally>(*identity_.checksum, identity_.size, target_.location);
     if (log_enabled(log_level::info, settings_))
         log(log_level::info, settings_,
             target_.location + ": " + std::to_string(identity_.size) + " bytes, etag " +
@@ -68,7 +70,9 @@ http_source::http_source(http_target target, const settings& s)
                 (identity_.ranges ? std::to_string(settings_.remote_concurrency) + " ranged GETs of " +
                                         std::to_string(settings_.remote_range_size) + " bytes in flight"
                                   : std::string("no Range support: one plain GET per read")) +
-                (auth().label.empty() ? "" : ", credentials: " + auth().label));
+                (auth().label.empty() ? "" : ", credentials: " + auth().label) +
+                (identity_.checksum ? ", x-amz-checksum-" + identity_.checksum->alg + " checked once every byte is read"
+                                    : identity_.checksum_note.empty() ? "" : ", not checked: " + identity_.checksum_note));
 }
 
 source_traits http_source::traits() const noexcept {
@@ -106,6 +110,7 @@ remote_identity http_source::probe() {
             http_request rq;
             rq.url = target_.url;
             rq.follow_redirects = target_.follow_redirects;
+            if (target_.object_checksums) rq.headers.push_back("x-amz-checksum-mode: ENABLED");
             if (head) {
                 rq.method = "HEAD";
             } else {
@@ -142,6 +147,7 @@ remote_identity http_source::probe() {
         if (!parse_u64(r.header("content-length"), len))
             fail(r, "the server did not say the object's size (no Content-Length)", where);
         id.size = len;
+        id.checksum = parse_object_checksum(r.headers, id.etag, id.checksum_note);
         // Servers that serve ranges mostly say so; one that does not say is asked for one byte
         // (a round trip at open, only for such servers), so the plan knows before the first read.
         std::string ar = r.header("accept-ranges");
@@ -170,14 +176,20 @@ remote_identity http_source::probe() {
 
 void http_source::read(char* dst, std::size_t n, std::uint64_t offset, const io_context& where) {
     ranged(n, offset, where, [dst](http_request& rq, std::size_t done) { rq.sink = dst + done; });
+    if (tally_) tally_->add(offset, n, tally_->hash(dst, n));
 }
 
 void http_source::read_stream(std::size_t n, std::uint64_t offset, byte_sink& sink, const io_context& where) {
     // A resumed request starts at the first byte the sink has not been given, so the sink sees
-    // each byte once, in order.
-    ranged(n, offset, where, [&sink](http_request& rq, std::size_t) {
-        rq.consume = [&sink](const char* data, std::size_t len) { sink.consume(data, len); };
+    // each byte once, in order (and the running CRC covers each byte once).
+    std::uint32_t crc = 0;
+    ranged(n, offset, where, [&sink, &crc, this](http_request& rq, std::size_t) {
+        rq.consume = [&sink, &crc, this](const char* data, std::size_t len) {
+            if (tally_) crc = tally_->hash(data, len, crc);
+            sink.consume(data, len);
+        };
     });
+    if (tally_) tally_->add(offset, n, crc);
 }
 
 std::string http_source::version() const {

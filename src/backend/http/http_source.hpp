@@ -29,9 +29,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/http/http_client.hpp"
+#include "backend/http/object_checksum.hpp"
 #include "backend/location.hpp"
 #include "backend/source.hpp"
 #include "ferry/file.hpp"
@@ -45,6 +47,10 @@ struct remote_identity {
     std::string etag;           ///< as the server sent it (quotes included), or ""
     std::string last_modified;  ///< HTTP date, or ""
     bool ranges = true;         ///< the server answers a Range request with 206
+    /// The object's own full-object checksum (S3's x-amz-checksum-*), checked once the reads
+    /// cover the object; unset with checksum_note saying why when the object has an unusable one.
+    std::optional<object_checksum> checksum;
+    std::string checksum_note;
 };
 
 /// What to open: the URL to request, the URL messages show, and how requests are signed.
@@ -55,6 +61,7 @@ struct http_target {
     std::shared_ptr<http_signer> signer;
     bool follow_redirects = true;
     std::string kind = "http";
+    bool object_checksums = false;  ///< ask for the object's checksum at open (S3)
 };
 
 class http_source : public source {
@@ -97,6 +104,7 @@ private:
     std::unique_ptr<std::atomic<std::uint64_t>> retries_;
     /// Set when a server that claimed Range support answered a range with the whole object.
     std::unique_ptr<std::atomic<bool>> ranges_ignored_;
+    std::unique_ptr<checksum_tally> tally_;  ///< set when the object has a checksum to check
 };
 
 /// The registry's opener for http:// and https:// locations (read only: open_mode::read).

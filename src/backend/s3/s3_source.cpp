@@ -14,6 +14,7 @@ http_target target_of(const s3_location& l) {
     t.signer = l.signer;
     t.follow_redirects = false;  // a signed request must not wander to another host
     t.kind = "s3";
+    t.object_checksums = true;
     return t;
 }
 
