@@ -38,6 +38,8 @@ have_header curl/curl.h || missing+=(libcurl4-openssl-dev)
 have_header simdjson.h || missing+=(libsimdjson-dev)
 # liburing: the io_uring source, linked statically (without it the build leaves that source out).
 have_header liburing.h || missing+=(liburing-dev)
+# zlib: CRC-32 of S3 objects' own checksums (without it those objects are read unchecked).
+have_header zlib.h || missing+=(zlib1g-dev)
 # nginx: the real HTTP server (Range requests) the remote-source tests start on 127.0.0.1.
 if [ $demo = 0 ]; then
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
