@@ -50,7 +50,7 @@ def _is_url(path: str) -> bool:
 
 def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
              shape: Sequence[int] | None = None, device: Any = None, like: Any = None,
-             out: Any = None):
+             out: Any = None, verify: str = "auto"):
     """Reads a raw binary file into host or GPU memory, as ``numpy.fromfile`` does.
 
     ``file`` is a path, a URL (``http://``, ``https://``, ``s3://bucket/key``) or an open file; an open file is read from its current position
@@ -69,6 +69,11 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
     returned; ``count`` -1 then means its size. ``device``, ``like`` and ``shape`` follow it
     and may not be given. A numpy ``out`` keeps the file's byte order; GPU memory is made
     native in place.
+
+    ``verify``: a local file with a sidecar manifest (``FILE.ferry-checksums.json``, from
+    ``ferry verify --record``) has the chunks the read covers checked against it (``"auto"``);
+    ``"always"`` also refuses a file without one, ``"never"`` does not check. A mismatch raises
+    ``ferry.IntegrityError`` naming the file, the chunk's byte range and both checksums.
 
     >>> import numpy as np, ferry
     >>> np.arange(6, dtype=np.float32).tofile("/tmp/x.bin")
@@ -119,6 +124,7 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         _ferry.fromfile_into(path, text, a, int(count), start, keep)
         if fobj is not None:
             fobj.seek(start + a.nbytes)
+        _checked(file, path, fobj, start, a.nbytes, out, keep or _native(text), verify)
         return out
     if shape is not None:
         shape = [int(d) for d in (shape if isinstance(shape, Sequence) else (shape,))]
@@ -134,11 +140,44 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, offset: int = 0, *,
         _ferry.fromfile_into(path, text, as_ferry(buf), n, start, False)
         if fobj is not None:
             fobj.seek(start + n * itemsize)
+        _checked(file, path, fobj, start, n * itemsize, buf, _native(text), verify)
         return buf
-    a = _ferry.fromfile(path, text, n, start, shape, dev, keeps_byte_order(dev, lib))
+    keep = keeps_byte_order(dev, lib)
+    a = _ferry.fromfile(path, text, n, start, shape, dev, keep)
     if fobj is not None:
         fobj.seek(start + a.nbytes)
-    return to_library(a, lib)
+    result = to_library(a, lib)
+    _checked(file, path, fobj, start, a.nbytes, result, keep or _native(text), verify)
+    return result
+
+
+def _native(text: str) -> bool:
+    """Whether items of ``text`` are stored as this machine holds them (no swap on load)."""
+    try:
+        return np.dtype(text).byteorder in "=|" or np.dtype(text).isnative
+    except TypeError:
+        return True   # ferry's own names (bfloat16, float8_*): little-endian, native here
+
+
+def _checked(file: Any, path: str, fobj: Any, start: int, nbytes: int, result: Any, same: bool,
+             verify: str) -> None:
+    """fromfile's check against the file's sidecar manifest (ferry._sidecar)."""
+    if _is_url(path):
+        if verify == "always":
+            raise UsageError("fromfile: verify='always' needs a local file (a URL's own checksum, "
+                             "where S3 keeps one, is checked on every read)")
+        return
+    if fobj is not None:   # an open file: its sidecar is beside the name it was opened by
+        name = getattr(file, "name", None)
+        same_file = isinstance(name, str) and os.path.exists(name) and \
+            os.path.samestat(os.stat(name), os.fstat(_fd_of(file)))
+        if not same_file:
+            if verify == "always":
+                raise UsageError("fromfile: verify='always' needs a path, or a file opened by name")
+            return
+        path = name
+    from ._sidecar import check_fromfile
+    check_fromfile(path, start, nbytes, result, same, verify)
 
 
 def _native_name(text: str) -> str:

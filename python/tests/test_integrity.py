@@ -134,6 +134,55 @@ def test_npy_sidecar(tmp_path):
     assert rep["status"] == 1 and rep["mismatches"][0]["begin"] == 0
 
 
+def _small_sidecar(path, chunk=4096):
+    """A sidecar of 4 KiB chunks (``ferry verify --record`` writes 64 MiB ones), so that a
+    small file has many chunks."""
+    data = np.fromfile(path, dtype=np.uint8)
+    crcs = ferry._ferry.crc32c_chunks([data], chunk)[0]
+    with open(path + ".ferry-checksums.json", "w") as f:
+        json.dump({"v": 1, "alg": "crc32c", "chunk": chunk, "size": data.size,
+                   "crcs": "".join("%08x" % c for c in crcs)}, f)
+
+
+def test_fromfile_checks_a_sidecar(tmp_path):
+    p = str(tmp_path / "x.bin")
+    a = np.arange(10_000, dtype=np.float64)   # 80,000 bytes: 20 chunks of 4 KiB
+    a.tofile(p)
+    np.testing.assert_array_equal(ferry.fromfile(p, np.float64), a)   # no sidecar: unchecked
+    with pytest.raises(ferry.IntegrityError, match="no checksums recorded"):
+        ferry.fromfile(p, np.float64, verify="always")
+    assert ferry.verify(p, record=True)["status"] == 0
+    np.testing.assert_array_equal(ferry.fromfile(p, np.float64, verify="always"), a)
+    _small_sidecar(p)
+    for at in (0, 4095, 4096, 40_000, 79_999):
+        _flip(p, at)
+        with pytest.raises(ferry.IntegrityError) as e:
+            ferry.fromfile(p, np.float64)
+        _flip(p, at)
+        assert (e.value.begin, e.value.end) == (at // 4096 * 4096, min(at // 4096 * 4096 + 4096, 80_000))
+        assert e.value.filename == p and e.value.expected != e.value.actual and p in str(e.value)
+    # A part: the chunks it covers are checked, those beside it are not.
+    _flip(p, 20_000)                       # chunk 4: [16384, 20480)
+    np.testing.assert_array_equal(ferry.fromfile(p, np.float64, count=2048), a[:2048])   # chunks 0-3
+    with pytest.raises(ferry.IntegrityError):
+        ferry.fromfile(p, np.float64, count=10, offset=20_480 - 8)   # the end of chunk 4
+    np.testing.assert_array_equal(ferry.fromfile(p, np.float64, offset=20_480), a[2560:])
+    out = np.zeros(3000)
+    with pytest.raises(ferry.IntegrityError):
+        ferry.fromfile(p, np.float64, out=out)
+    # An open file is checked against the sidecar of the name it was opened by.
+    with open(p, "rb") as f:
+        with pytest.raises(ferry.IntegrityError):
+            ferry.fromfile(f, np.float64)
+    assert ferry.fromfile(p, np.float64, verify="never")[2500] != a[2500]
+    _flip(p, 20_000)
+    # A file that grew since its sidecar was written.
+    with open(p, "ab") as f:
+        f.write(b"\0" * 8)
+    with pytest.raises(ferry.IntegrityError, match="80008 bytes, its sidecar recorded 80000"):
+        ferry.fromfile(p, np.float64)
+
+
 @pytest.mark.skipif(ferry.cuda_device_count() == 0, reason="needs a CUDA GPU")
 def test_gpu_save_and_verified_load(tmp_path):
     torch = pytest.importorskip("torch")
@@ -155,6 +204,23 @@ def test_gpu_save_and_verified_load(tmp_path):
     got = ferry.load_checkpoint(folder, device="cuda", like="torch", verify="always")
     assert sorted(got) == sorted(sd)
     shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(ferry.cuda_device_count() == 0, reason="needs a CUDA GPU")
+def test_gpu_fromfile_checks_a_sidecar_on_the_device(tmp_path):
+    cupy = pytest.importorskip("cupy")
+    p = str(tmp_path / "x.bin")
+    a = np.arange(10_000, dtype=np.float32)
+    a.tofile(p)
+    _small_sidecar(p)
+    got = ferry.fromfile(p, np.float32, device="cuda", like="cupy", verify="always")
+    assert isinstance(got, cupy.ndarray) and (cupy.asnumpy(got) == a).all()
+    _flip(p, 9000)
+    with pytest.raises(ferry.IntegrityError) as e:
+        ferry.fromfile(p, np.float32, device="cuda", like="cupy")
+    assert (e.value.begin, e.value.end) == (8192, 12288)
+    with pytest.raises(ferry.IntegrityError):   # byte-swapped on the GPU: checked by a re-read
+        ferry.fromfile(p, ">f4", device="cuda", like="cupy")
 
 
 def test_load_many_keeps_the_integrity_error(tmp_path):
