@@ -272,8 +272,10 @@ def test_a_writer_killed_mid_save(tmp_path):
     assert not os.path.exists(os.path.join(nxt, ".metadata"))
     with pytest.raises(DCP_ERRORS) as e:
         dcp.load({"w0": torch.zeros(1 << 20)}, storage_reader=ferry.dcp.FileSystemReader(nxt))
-    # DCP retries with rank-local metadata and reports both failures as one assertion.
-    assert "did not finish" in str(_cause(e)) and nxt in str(_cause(e)), _cause(e)
+    # DCP retries with rank-local metadata and reports both failures as one assertion (torch
+    # 2.11 reports it as "metadata is None" alone; the reader's own message is checked below).
+    text = str(_cause(e))
+    assert ("did not finish" in text and nxt in text) or text == "metadata is None", text
     with pytest.raises(ferry.CheckpointError, match="did not finish"):
         ferry.dcp.FileSystemReader(nxt).read_metadata()
     with pytest.raises(DCP_ERRORS):

@@ -275,7 +275,8 @@ def test_device_batched_equals_load(gpu, tmp_path, lib):
         p = tmp_path / ("f%03d.npy" % i)
         np.save(p, a)
         paths.append(str(p))
-        want.append(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("=")))
+        # np.array, not np.ascontiguousarray: the latter makes a 0-d array 1-d.
+        want.append(np.array(a, order="C").astype(a.dtype.newbyteorder("=")))
     like = mod.empty(0, device="cuda") if lib == "torch" else None
     got = ferry.load_many(paths, device="cuda", like=like)
     for g, w in zip(got, want):
