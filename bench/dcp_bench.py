@@ -192,10 +192,12 @@ STEP_MATMULS = 8
 
 def training_steps(torch, device, until=None, count=None, limit=120.0):
     """Times stand-in training steps (STEP_MATMULS matmuls of 1024x1024 fp32 on the device),
-    until ``until()`` is true or ``count`` steps ran; bounded by ``limit`` seconds."""
+    until ``until()`` is true or ``count`` steps ran; bounded by ``limit`` seconds. One step
+    runs at least (a save may end before the first step starts)."""
     x = torch.randn(1024, 1024, device=device)
     times, end = [], time.perf_counter() + limit
-    while time.perf_counter() < end and (until is None or not until()) and (count is None or len(times) < count):
+    while not times or (time.perf_counter() < end and (until is None or not until())
+                        and (count is None or len(times) < count)):
         t0 = time.perf_counter()
         y = x
         for _ in range(STEP_MATMULS):
