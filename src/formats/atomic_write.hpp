@@ -60,6 +60,8 @@ public:
     void write(const std::vector<write_piece>& pieces);
     const std::string& temp_path() const noexcept { return temp_; }
     const std::string& target() const noexcept { return target_; }
+    /// Whether the target is an object store's (s3://): its pieces are uploaded in file order.
+    bool remote() const noexcept { return remote_; }
 
     /// fsync, close, rename over the target, fsync the directory. Throws system_error; on
     /// failure before the rename the temporary file is removed and the target is unchanged. A

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -236,21 +237,34 @@ void verify_loaded(const safetensors_info& info, const std::string& file, const 
                           first->end(), first->expected(), first->actual());
 }
 
-std::string make_checksum_record(const std::vector<safetensors_entry>& entries,
-                                 const std::vector<std::uint64_t>& offsets, const std::vector<array>& data,
-                                 const std::map<std::string, std::string>& metadata) {
+checksum_record blank_checksum_record(const std::vector<safetensors_entry>& entries,
+                                      const std::vector<std::uint64_t>& offsets,
+                                      const std::map<std::string, std::string>& metadata) {
     checksum_record r;
     std::vector<safetensors_tensor_info> table;
-    std::vector<byte_view> views;
+    table.reserve(entries.size());
     for (std::size_t i = 0; i < entries.size(); ++i) {
         table.push_back({std::string(entries[i].name), entries[i].type, *entries[i].shape, offsets[i],
                          offsets[i] + entries[i].bytes});
-        views.push_back({data[i].data(), data[i].nbytes(), data[i].where()});
+        r.tensors.emplace(std::string(entries[i].name),
+                          std::vector<std::uint32_t>(static_cast<std::size_t>((entries[i].bytes + r.chunk - 1) / r.chunk)));
     }
     r.header = header_digest(table, metadata);
+    return r;
+}
+
+void fill_checksum_record(checksum_record& r, const std::vector<safetensors_entry>& entries,
+                          const std::vector<array>& data) {
+    std::vector<byte_view> views;
+    views.reserve(entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) views.push_back({data[i].data(), data[i].nbytes(), data[i].where()});
     std::vector<std::vector<std::uint32_t>> crcs = chunk_crcs(views, r.chunk);
-    for (std::size_t i = 0; i < entries.size(); ++i) r.tensors.emplace(std::string(entries[i].name), std::move(crcs[i]));
-    return to_json(r);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        auto it = r.tensors.find(entries[i].name);
+        if (it == r.tensors.end() || it->second.size() != crcs[i].size())
+            throw std::logic_error("checksum record: tensor '" + std::string(entries[i].name) + "' is not the one laid out");
+        it->second = std::move(crcs[i]);
+    }
 }
 
 }  // namespace ferry::formats

@@ -71,11 +71,17 @@ struct loaded_view {
 void verify_loaded(const safetensors_info& info, const std::string& file, const std::vector<loaded_view>& views,
                    verify_mode mode, stream_t s);
 
-/// The record (as JSON) of a file about to be written: `entries` at `offsets` in the data
-/// buffer, their bytes in `data` (C order, little-endian, host or device), with `metadata`.
-std::string make_checksum_record(const std::vector<safetensors_entry>& entries,
-                                 const std::vector<std::uint64_t>& offsets, const std::vector<array>& data,
-                                 const std::map<std::string, std::string>& metadata);
+/// The record of a file about to be written, `entries` at `offsets` in the data buffer with
+/// `metadata`: the header digest set, every chunk's CRC still 0. Its JSON already has its final
+/// length (8 hex digits a chunk), so the header's size and the data's offsets are fixed before
+/// the data is hashed, and a writer can write the data first and hash it while the disk writes.
+checksum_record blank_checksum_record(const std::vector<safetensors_entry>& entries,
+                                      const std::vector<std::uint64_t>& offsets,
+                                      const std::map<std::string, std::string>& metadata);
+/// Fills the chunk CRCs of `r` (from blank_checksum_record over the same entries) from the
+/// tensors' bytes: data[i] holds entries[i] (C order, little-endian, host or device).
+void fill_checksum_record(checksum_record& r, const std::vector<safetensors_entry>& entries,
+                          const std::vector<array>& data);
 
 /// "crc32c:" and 8 hex digits.
 std::string crc_text(std::uint32_t crc);

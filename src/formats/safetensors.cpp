@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <exception>
 #include <future>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 
@@ -238,16 +240,41 @@ void save_safetensors_part(const std::string& path, std::span<const named_array>
     for (std::size_t i = 0; i < data.size(); ++i)
         entries.push_back({arrays[i].name, data[i].type(), &data[i].shape(), data[i].nbytes()});
     formats::safetensors_layout layout = formats::layout_safetensors(entries, metadata);
+    std::optional<formats::checksum_record> record;
     if (checksums) {
-        // The offsets do not depend on the header's length: the record goes in, the layout stays.
-        metadata.emplace(formats::checksum_key, formats::make_checksum_record(entries, layout.offsets, data, metadata));
+        // The offsets do not depend on the header's length, and the record's length does not
+        // depend on the checksums: the layout is final before anything is hashed.
+        record = formats::blank_checksum_record(entries, layout.offsets, metadata);
+        metadata.emplace(formats::checksum_key, formats::to_json(*record));
         layout = formats::layout_safetensors(entries, metadata);
     }
-    std::vector<formats::write_piece> pieces{{layout.prefix.data(), layout.prefix.size(), 0}};
+    std::vector<formats::write_piece> pieces;
     pieces.reserve(data.size() + 1);
     for (std::size_t i = 0; i < data.size(); ++i)
         pieces.push_back({data[i].data(), data[i].nbytes(), layout.prefix.size() + layout.offsets[i]});
-    formats::save_atomically(path, [&](formats::atomic_write& out) { out.write(pieces); });
+    formats::save_atomically(path, [&](formats::atomic_write& out) {
+        if (!record) {
+            pieces.insert(pieces.begin(), {layout.prefix.data(), layout.prefix.size(), 0});
+            out.write(pieces);
+            return;
+        }
+        // A local file gets its data first and its header last, so the hash runs while the
+        // data's writeback goes to the disk (and, for GPU tensors, beside the staging copies)
+        // instead of before the first byte is written. An upload goes in file order.
+        const bool header_last = !out.remote();
+        if (header_last) out.write(pieces);
+        formats::fill_checksum_record(*record, entries, data);
+        metadata[std::string(formats::checksum_key)] = formats::to_json(*record);
+        formats::safetensors_layout final_layout = formats::layout_safetensors(entries, metadata);
+        if (final_layout.prefix.size() != layout.prefix.size())
+            throw std::logic_error("safetensors: the header's length changed once the checksums were filled in");
+        if (header_last) {
+            out.write({{final_layout.prefix.data(), final_layout.prefix.size(), 0}});
+        } else {
+            pieces.insert(pieces.begin(), {final_layout.prefix.data(), final_layout.prefix.size(), 0});
+            out.write(pieces);
+        }
+    });
 }
 
 }  // namespace ferry::formats
