@@ -203,6 +203,12 @@ def test_gpu_save_and_verified_load(tmp_path):
     ferry.save_checkpoint(folder, sd, max_shard_size=20_000)
     got = ferry.load_checkpoint(folder, device="cuda", like="torch", verify="always")
     assert sorted(got) == sorted(sd)
+    # A flipped byte in the last shard: found by the check of the batch that read it, on the GPU.
+    shard = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))[-1]
+    desc = ferry.info(shard)["arrays"][-1]
+    _flip(shard, desc["begin"] + 3)
+    with pytest.raises(ferry.IntegrityError, match=desc["name"]):
+        ferry.load_checkpoint(folder, device="cuda", like="torch")
     shutil.rmtree(folder)
 
 

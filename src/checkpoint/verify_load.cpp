@@ -151,30 +151,54 @@ void check_all(const checkpoint& c, const detailed_plan& d, const std::function<
 
 void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::vector<std::uint64_t>& left,
                            const std::vector<char>& failed) noexcept {
-    if (error_ || o_.where.on_gpu()) return;  // GPU tensors: one launch in finish()
+    if (error_) return;
     try {
+        // A batch reads from one shard: one record, one chunk size.
+        std::vector<std::size_t> on_gpu;
+        std::vector<formats::byte_view> gpu_views;
+        const std::optional<formats::checksum_record>* rec = nullptr;
+        std::string shown;
         for (std::size_t i : tensors) {
             if (checked_[i] || left[i] != 0 || failed[i] || !in_place(c_, d_, i)) continue;
             const geometry& g = d_.tensors[i];
-            if (g.into && g.into->where().on_gpu()) continue;
             const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[i].tensor];
-            const std::string shown = redact_location(c_.shards[g.file].path);
             if (!parsed_[g.file]) {
-                records_[g.file] = formats::find_record(c_.shards[g.file].header, shown);
+                records_[g.file] = formats::find_record(c_.shards[g.file].header, redact_location(c_.shards[g.file].path));
                 parsed_[g.file] = 1;
             }
-            const std::optional<formats::checksum_record>& rec = records_[g.file];
-            if (!rec || t.bytes == 0) continue;  // finish() decides what a shard without a record means
-            auto it = rec->tensors.find(t.name);
-            if (it == rec->tensors.end() || it->second.size() != (t.bytes + rec->chunk - 1) / rec->chunk) continue;
+            if (!rec || rec != &records_[g.file]) {
+                if (rec && !on_gpu.empty()) break;  // another shard: finish() checks the rest
+                rec = &records_[g.file];
+                shown = redact_location(c_.shards[g.file].path);
+            }
+            if (!*rec || t.bytes == 0) continue;  // finish() decides what a shard without a record means
+            auto it = (*rec)->tensors.find(t.name);
+            if (it == (*rec)->tensors.end() || it->second.size() != (t.bytes + (*rec)->chunk - 1) / (*rec)->chunk) continue;
+            const placement where = g.into ? g.into->where() : o_.where;
+            if (where.on_gpu()) {
+                on_gpu.push_back(i);
+                gpu_views.push_back({dst_of_(i), t.bytes, where});
+                continue;
+            }
             // One thread: the engine's workers are still reading the next batches.
             std::vector<std::pair<const void*, std::uint64_t>> spans;
-            for (std::uint64_t at = 0; at < t.bytes; at += rec->chunk)
-                spans.push_back({dst_of_(i) + at, std::min(rec->chunk, t.bytes - at)});
+            for (std::uint64_t at = 0; at < t.bytes; at += (*rec)->chunk)
+                spans.push_back({dst_of_(i) + at, std::min((*rec)->chunk, t.bytes - at)});
             std::vector<std::uint32_t> got = formats::host_crcs(spans, 1);
             for (std::size_t k = 0; k < got.size(); ++k)
-                if (got[k] != it->second[k]) mismatch(shard_check{rec, shown}, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
+                if (got[k] != it->second[k]) mismatch(shard_check{*rec, shown}, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
             checked_[i] = 1;
+        }
+        if (on_gpu.empty()) return;
+        // GPU tensors of the batch in one launch, while the next batches are read: only the
+        // last batch's hash is left for the end of the load.
+        std::vector<std::vector<std::uint32_t>> got = formats::chunk_crcs(gpu_views, (*rec)->chunk, o_.stream);
+        for (std::size_t v = 0; v < on_gpu.size(); ++v) {
+            const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[on_gpu[v]].tensor];
+            const auto& want = (*rec)->tensors.find(t.name)->second;
+            for (std::size_t k = 0; k < want.size(); ++k)
+                if (got[v][k] != want[k]) mismatch(shard_check{*rec, shown}, t.name, t.offset, t.bytes, k, want[k], got[v][k]);
+            checked_[on_gpu[v]] = 1;
         }
     } catch (...) {
         error_ = std::current_exception();

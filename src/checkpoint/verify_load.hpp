@@ -18,9 +18,10 @@ namespace ferry::checkpoints {
 /// are integrity_error naming the shard (redacted), tensor, byte range and both checksums, and
 /// the into= destinations the load already wrote.
 ///
-/// The check is spread over the load: landed() hashes, on the loading thread, the host tensors
-/// whose bytes all landed while later reads are still in flight; finish() checks the rest (GPU
-/// tensors in one launch, slices from the file) and throws what either found. landed() never
+/// The check is spread over the load: landed() hashes the tensors of a batch whose bytes all
+/// landed while later reads are still in flight (host ones on the loading thread, GPU ones in
+/// one launch); finish() checks the rest (slices from the file, what a batch left) and throws
+/// what either found. landed() never
 /// throws, so the load can wait for every read before reporting.
 class load_verifier {
 public:
