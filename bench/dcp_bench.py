@@ -153,7 +153,17 @@ def measure_async(a, torch, dcp, ferry, sd, total, rows):
     staged = staged.pin_memory() if pin else staged
     flat = [t for t in _tensors(torch, sd)]
     best = {}
+    # A training loop's writer, made once: with cache_staged_state_dict=True its staging copy
+    # is allocated (and pinned) by the first save and reused by every later one.
+    reused = ferry.dcp.FileSystemWriter(folder + "-reused", cache_staged_state_dict=True)
+    dcp.async_save(sd, storage_writer=reused).result()
     for _ in range(a.rounds):
+        shutil.rmtree(folder + "-reused", ignore_errors=True)
+        sync_device(torch, a.device)
+        t0 = time.perf_counter()
+        fut = dcp.async_save(sd, storage_writer=reused)
+        best["blocked reused"] = min(best.get("blocked reused", 1e9), time.perf_counter() - t0)
+        fut.result()
         shutil.rmtree(folder, ignore_errors=True)
         sync_device(torch, a.device)
         t0 = time.perf_counter()
@@ -175,8 +185,11 @@ def measure_async(a, torch, dcp, ferry, sd, total, rows):
                      ("step alone", sum(alone) / len(alone)),
                      ("step overlapped", sum(overlapped) / max(1, len(overlapped)))):
             best[k] = min(best.get(k, 1e9), v)
-    rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter: caller blocked",
+    rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter, a new one each save: caller blocked",
                  "seconds": best["blocked"], "GB/s": total / best["blocked"] / 1e9})
+    rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter, made once with "
+                 "cache_staged_state_dict=True: caller blocked", "seconds": best["blocked reused"],
+                 "GB/s": total / best["blocked reused"] / 1e9})
     rows.append({"what": "async_save", "who": "ferry.dcp.FileSystemWriter: save done",
                  "seconds": best["done"], "GB/s": total / best["done"] / 1e9})
     rows.append({"what": "async_save", "who": "one copy of the state to %s host memory" %

@@ -20,8 +20,9 @@ cache hot, the readers taking turns for --rounds rounds, best of each:
 --matrices are bfloat16 scales of 4 KiB (weight_scale_inv beside each expert's matrix) and
 --matrices are bfloat16 matrices of --matrix-bytes, written by safetensors.torch; loads are as
 torch tensors (like="torch") against safetensors.torch.load_file. --device cuda loads into GPU
-memory (no saves), and adds ferry's raw read of the same shards (ferry.fromfile of each into
-GPU memory, the ceiling of a load) and InstantTensor's buffered backend with all shards in one
+memory (no saves), and adds ferry's raw read of the same shards (every byte of every shard in
+one ferry.read_batch into one GPU buffer: the ceiling of a load; a loop of ferry.fromfile over
+the shards beside it) and InstantTensor's buffered backend with all shards in one
 safe_open where it is installed.
 
 Per tensor: microseconds of the whole call divided by the count.
@@ -155,12 +156,31 @@ def loaders(files, folder, a):
             return sum(len(load_file(p)) for p in files)
     out["safetensors_load"] = (st_load, None)
     if gpu:
+        import torch
+        sizes = [os.path.getsize(p) for p in files]
+        count = n_tensors(files)
+
         def raw_read():
+            # Every byte of every shard in one batch, into one fresh buffer: the ceiling.
+            raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
+            handles = [ferry.File(p) for p in files]
+            pieces, at = [], 0
+            for f, n in zip(handles, sizes):
+                pieces.append((f, 0, raw[at:at + n]))
+                at += n
+            ferry.read_batch(pieces).result()
+            for f in handles:
+                f.close()
+            sync()
+            return count
+
+        def fromfile_loop():
             for p in files:
                 ferry.fromfile(p, dtype=np.uint8, device=a.device)
             sync()
-            return n_tensors(files)
+            return count
         out["ferry_raw_read"] = (raw_read, None)
+        out["ferry_fromfile_loop"] = (fromfile_loop, None)
         try:
             from instanttensor import BackendPolicy, safe_open
 
@@ -269,7 +289,7 @@ def main():
         if "ferry_into" in r:
             row += " into= %.1f ms (%.2f us/tensor, library %.2f) |" % (
                 r["ferry_into"]["seconds"] * 1e3, r["ferry_into"]["seconds"] / n * 1e6, r["ferry_into"]["library"] / n * 1e6)
-        for key in ("ferry_raw_read", "instanttensor_buffered"):
+        for key in ("ferry_raw_read", "ferry_fromfile_loop", "instanttensor_buffered"):
             if key in r:
                 row += " %s %.1f ms (%.2f GB/s, ferry %.2fx) |" % (key, r[key]["seconds"] * 1e3, gb / r[key]["seconds"],
                                                                   r[key]["seconds"] / fl["seconds"])

@@ -15,7 +15,8 @@
 #     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter); into:
 #     the benchmarks of loads into GPU memory added last (many small files, an MoE-shaped
 #     checkpoint, DCP saves and loads, checksums), each bounded by INTO_TIMEOUT seconds
-#     (default 150) at INTO_SIZE (default 4G)
+#     (default 150) at INTO_SIZE (default 4G); INTO_ONLY names the runs to make (many_files,
+#     many_files_host, moe, dcp, integrity)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -215,12 +216,15 @@ if [ "$what" = into ]; then
   limit=${INTO_TIMEOUT:-150}
   runs=(
     "many_files|bench/many_files_bench.py --dir $TMPDIR/many-files --files 20000 --rounds 2 --device cuda"
-    "moe|bench/many_tensors_bench.py --dir $TMPDIR/many-tensors --tensors 50000 --moe --device cuda --rounds 3"
-    "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size $into_size --tensors 512 --device cuda --rounds 2"
-    "integrity|bench/integrity_bench.py --dir $TMPDIR/integrity --size $into_size --tensors 600 --device cuda --cli $ferry"
+    "many_files_host|bench/many_files_bench.py --dir $TMPDIR/many-files --files 20000 --rounds 2"
+    "moe|bench/many_tensors_bench.py --dir $TMPDIR/many-tensors --tensors 50000 --moe --matrices 64 --device cuda --rounds 3"
+    "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size $into_size --tensors 512 --device cuda --rounds 2 ${DCP_ARGS:-}"
+    "integrity|bench/integrity_bench.py --dir $TMPDIR/integrity --size $into_size --tensors 600 --device cuda --rounds ${INTEGRITY_ROUNDS:-5} --cli $ferry"
   )
   for r in "${runs[@]}"; do
     name=${r%%|*}; cmd=${r#*|}
+    # INTO_ONLY="moe integrity": only those runs.
+    [ -n "${INTO_ONLY:-}" ] && [[ " $INTO_ONLY " != *" $name "* ]] && continue
     echo "\$ python3 $cmd" | tee "$out/$name.txt"
     timeout "$limit" python3 $cmd >>"$out/$name.txt" 2>&1
     note "$name: rc $?"
