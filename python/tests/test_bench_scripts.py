@@ -303,7 +303,9 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
     who = {(row["what"].split(",")[0].split(" ")[0], row["who"]) for row in rows}
     for want in [("save", "ferry.dcp.FileSystemWriter"), ("save", "torch FileSystemWriter thread_count=2"),
                  ("save", "ceiling: 16-thread pwrite + fsync"), ("load", "ferry.dcp.FileSystemReader"),
-                 ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter: caller blocked"),
+                 ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
+                 ("async_save", "ferry.dcp.FileSystemWriter, made once with cache_staged_state_dict=True: "
+                                "caller blocked"),
                  ("async_save", "training step (8 matmuls), while the save writes")]:
         assert want in who, (want, sorted(who))
     assert all(row["seconds"] > 0 for row in rows)
