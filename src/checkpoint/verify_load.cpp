@@ -190,16 +190,11 @@ void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::v
             checked_[i] = 1;
         }
         if (on_gpu.empty()) return;
-        // GPU tensors of the batch in one launch, while the next batches are read: only the
-        // last batch's hash is left for the end of the load.
-        std::vector<std::vector<std::uint32_t>> got = formats::chunk_crcs(gpu_views, (*rec)->chunk, o_.stream);
-        for (std::size_t v = 0; v < on_gpu.size(); ++v) {
-            const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[on_gpu[v]].tensor];
-            const auto& want = (*rec)->tensors.find(t.name)->second;
-            for (std::size_t k = 0; k < want.size(); ++k)
-                if (got[v][k] != want[k]) mismatch(shard_check{*rec, shown}, t.name, t.offset, t.bytes, k, want[k], got[v][k]);
-            checked_[on_gpu[v]] = 1;
-        }
+        // GPU tensors of the batch in one launch, queued: it runs while the next batches are
+        // read, and finish() collects it. Only the last batch's hash is left for the end.
+        for (std::size_t i : on_gpu) checked_[i] = 1;
+        queued_.push_back({formats::queued_chunk_crcs(gpu_views, (*rec)->chunk, o_.stream), std::move(on_gpu), rec,
+                           std::move(shown)});
     } catch (...) {
         error_ = std::current_exception();
     }
@@ -208,6 +203,16 @@ void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::v
 void load_verifier::finish() {
     try {
         if (error_) std::rethrow_exception(error_);
+        for (auto& q : queued_) {
+            std::vector<std::vector<std::uint32_t>> got = q.crcs.wait();
+            for (std::size_t v = 0; v < q.tensors.size(); ++v) {
+                const checkpoint_tensor& t = c_.tensors[d_.plan.tensors[q.tensors[v]].tensor];
+                const auto& want = (*q.record)->tensors.find(t.name)->second;
+                for (std::size_t k = 0; k < want.size(); ++k)
+                    if (got[v][k] != want[k])
+                        mismatch(shard_check{*q.record, q.shown}, t.name, t.offset, t.bytes, k, want[k], got[v][k]);
+            }
+        }
         check_all(c_, d_, dst_of_, o_, &checked_);
     } catch (...) {
         rethrow_naming_into(d_, std::current_exception());

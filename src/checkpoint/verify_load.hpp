@@ -4,6 +4,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "checkpoint/plan.hpp"
@@ -19,10 +20,10 @@ namespace ferry::checkpoints {
 /// the into= destinations the load already wrote.
 ///
 /// The check is spread over the load: landed() hashes the tensors of a batch whose bytes all
-/// landed while later reads are still in flight (host ones on the loading thread, GPU ones in
-/// one launch); finish() checks the rest (slices from the file, what a batch left) and throws
-/// what either found. landed() never
-/// throws, so the load can wait for every read before reporting.
+/// landed while later reads are still in flight (host ones on the loading thread; GPU ones in
+/// one launch it queues and does not wait for); finish() collects the queued hashes, checks
+/// the rest (slices from the file, what a batch left) and throws what any of them found.
+/// landed() never throws, so the load can wait for every read before reporting.
 class load_verifier {
 public:
     load_verifier(const checkpoint& c, const detailed_plan& d, std::function<unsigned char*(std::size_t)> dst_of,
@@ -44,6 +45,14 @@ private:
     /// Each shard's record, parsed on first use (parsed_[f]): once per shard, not per tensor.
     std::vector<char> parsed_;
     std::vector<std::optional<formats::checksum_record>> records_;
+    /// GPU hashes landed() queued, collected by finish() (or waited for when a load fails).
+    struct queued_check {
+        formats::queued_chunk_crcs crcs;
+        std::vector<std::size_t> tensors;  // plan indices, in the views' order
+        const std::optional<formats::checksum_record>* record;
+        std::string shown;
+    };
+    std::vector<queued_check> queued_;
 };
 
 }  // namespace ferry::checkpoints

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "cuda/cuda_runtime.hpp"
 #include "ferry/error.hpp"
@@ -104,45 +105,113 @@ __global__ void crc32c_pieces(const piece_ref* pieces, std::uint32_t* out, power
 
 }  // namespace
 
-std::vector<std::uint32_t> crc32c_spans(const std::vector<crc_span>& spans, int device, stream_t s) {
-    std::vector<std::uint32_t> result(spans.size(), 0);
+namespace {
+
+bool has_memory_pools(int device) {
+    int yes = 0;
+    return cudaDeviceGetAttribute(&yes, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess && yes != 0;
+}
+
+}  // namespace
+
+crc_pass::crc_pass(const std::vector<crc_span>& spans, int device, stream_t s) : device_(device), stream_(s) {
+    span_bytes_.reserve(spans.size());
     std::vector<piece_ref> pieces;
-    for (const auto& sp : spans)
+    for (const auto& sp : spans) {
+        span_bytes_.push_back(sp.bytes);
         for (std::uint64_t at = 0; at < sp.bytes; at += piece_bytes)
             pieces.push_back({static_cast<const unsigned char*>(sp.data) + at, std::min(piece_bytes, sp.bytes - at)});
-    if (pieces.empty()) return result;
+    }
+    pieces_ = pieces.size();
+    if (pieces.empty()) return;
     detail::set_device(device);
     powers_table pw{};
     for (unsigned k = 0; k < 24; ++k) pw.p[k] = k == 0 ? 1u << 30 : integrity::crc32c_multiply(pw.p[k - 1], pw.p[k - 1]);
-    device_buffer refs(pieces.size() * sizeof(piece_ref), device);
-    device_buffer regs(pieces.size() * sizeof(std::uint32_t), device);
     auto cs = static_cast<cudaStream_t>(s);
-    detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, refs.data(), pieces.data(), pieces.size() * sizeof(piece_ref),
-                                  cudaMemcpyHostToDevice, cs),
-                       "cudaMemcpyAsync");
-    detail::cuda_check(detail::cuda_fault("kernel launch"), "crc32c kernel");
-    // One block per piece; a grid's x dimension takes 2^31 - 1 blocks (2 PiB of spans).
-    crc32c_pieces<<<static_cast<unsigned>(pieces.size()), block_threads, 0, cs>>>(
-        static_cast<const piece_ref*>(refs.data()), static_cast<std::uint32_t*>(regs.data()), pw);
-    detail::cuda_check(cudaGetLastError(), "crc32c kernel");
-    std::vector<std::uint32_t> piece_regs(pieces.size());
-    detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, piece_regs.data(), regs.data(),
-                                  pieces.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, cs),
-                       "cudaMemcpyAsync");
-    detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, cs), "cudaStreamSynchronize");
+    try {
+        // cudaMalloc and cudaFree would wait for the whole device: for reads still landing too.
+        pooled_ = has_memory_pools(device);
+        for (void** p : {&refs_, &regs_}) {
+            const std::size_t n = pieces.size() * (p == &refs_ ? sizeof(piece_ref) : sizeof(std::uint32_t));
+            detail::cuda_check(pooled_ ? FERRY_CUDA(cudaMallocAsync, p, n, cs) : FERRY_CUDA(cudaMalloc, p, n),
+                               pooled_ ? "cudaMallocAsync" : "cudaMalloc");
+        }
+        // From pageable memory: copied to the driver's staging before the call returns.
+        detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, refs_, pieces.data(), pieces.size() * sizeof(piece_ref),
+                                      cudaMemcpyHostToDevice, cs),
+                           "cudaMemcpyAsync");
+        detail::cuda_check(detail::cuda_fault("kernel launch"), "crc32c kernel");
+        // One block per piece; a grid's x dimension takes 2^31 - 1 blocks (2 PiB of spans).
+        crc32c_pieces<<<static_cast<unsigned>(pieces.size()), block_threads, 0, cs>>>(
+            static_cast<const piece_ref*>(refs_), static_cast<std::uint32_t*>(regs_), pw);
+        detail::cuda_check(cudaGetLastError(), "crc32c kernel");
+    } catch (...) {
+        waited_ = true;
+        cudaStreamSynchronize(cs);
+        release();
+        throw;
+    }
+}
+
+crc_pass::crc_pass(crc_pass&& o) noexcept
+    : span_bytes_(std::move(o.span_bytes_)), pieces_(o.pieces_), device_(o.device_), stream_(o.stream_),
+      refs_(std::exchange(o.refs_, nullptr)), regs_(std::exchange(o.regs_, nullptr)), pooled_(o.pooled_),
+      waited_(std::exchange(o.waited_, true)) {}
+
+void crc_pass::release() noexcept {
+    for (void** p : {&refs_, &regs_}) {
+        if (!*p) continue;
+        if (pooled_) cudaFreeAsync(*p, static_cast<cudaStream_t>(stream_));
+        else cudaFree(*p);
+        *p = nullptr;
+    }
+}
+
+crc_pass::~crc_pass() {
+    // A pass given up on (its load failed) still reads the spans: wait before they may go.
+    if (!waited_ && regs_) {
+        detail::set_device(device_);
+        cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    }
+    release();
+}
+
+std::vector<std::uint32_t> crc_pass::wait() {
+    if (waited_) throw usage_error("crc_pass::wait: the pass was already waited for");
+    waited_ = true;
+    std::vector<std::uint32_t> result(span_bytes_.size(), 0);
+    if (pieces_ == 0) return result;
+    detail::set_device(device_);
+    std::vector<std::uint32_t> piece_regs(pieces_);
+    auto cs = static_cast<cudaStream_t>(stream_);
+    try {
+        detail::cuda_check(FERRY_CUDA(cudaMemcpyAsync, piece_regs.data(), regs_, pieces_ * sizeof(std::uint32_t),
+                                      cudaMemcpyDeviceToHost, cs),
+                           "cudaMemcpyAsync");
+        detail::cuda_check(FERRY_CUDA(cudaStreamSynchronize, cs), "cudaStreamSynchronize");
+    } catch (...) {
+        cudaStreamSynchronize(cs);
+        release();
+        throw;
+    }
+    release();
     const std::uint32_t full_shift = integrity::crc32c_shift_factor(piece_bytes);
     std::size_t k = 0;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-        if (spans[i].bytes == 0) continue;
+    for (std::size_t i = 0; i < span_bytes_.size(); ++i) {
+        if (span_bytes_[i] == 0) continue;
         std::uint32_t acc = 0xFFFFFFFFu;  // the standard initial register
-        for (std::uint64_t at = 0; at < spans[i].bytes; at += piece_bytes, ++k) {
-            std::uint64_t n = std::min(piece_bytes, spans[i].bytes - at);
+        for (std::uint64_t at = 0; at < span_bytes_[i]; at += piece_bytes, ++k) {
+            std::uint64_t n = std::min(piece_bytes, span_bytes_[i] - at);
             std::uint32_t f = n == piece_bytes ? full_shift : integrity::crc32c_shift_factor(n);
             acc = integrity::crc32c_multiply(acc, f) ^ piece_regs[k];
         }
         result[i] = ~acc;
     }
     return result;
+}
+
+std::vector<std::uint32_t> crc32c_spans(const std::vector<crc_span>& spans, int device, stream_t s) {
+    return crc_pass(spans, device, s).wait();
 }
 
 }  // namespace ferry::kernels

@@ -135,37 +135,47 @@ std::vector<std::uint32_t> host_crcs(const std::vector<std::pair<const void*, st
     return out;
 }
 
-std::vector<std::vector<std::uint32_t>> chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk,
-                                                   stream_t s) {
-    std::vector<std::vector<std::uint32_t>> out(views.size());
-    std::vector<std::pair<const void*, std::uint64_t>> host;
-    std::vector<std::pair<std::size_t, std::size_t>> host_at;  // (view, chunk)
-    std::map<int, std::vector<std::pair<std::size_t, std::size_t>>> dev_at;
-    std::map<int, std::vector<kernels::crc_span>> dev;
+queued_chunk_crcs::queued_chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk, stream_t s)
+    : out_(views.size()) {
+    std::map<int, std::vector<kernels::crc_span>> device;
+    std::map<int, std::vector<std::pair<std::size_t, std::size_t>>> device_at;
     for (std::size_t v = 0; v < views.size(); ++v) {
         const byte_view& bv = views[v];
         const std::size_t chunks = static_cast<std::size_t>((bv.bytes + chunk - 1) / chunk);
-        out[v].assign(chunks, 0);
+        out_[v].assign(chunks, 0);
         for (std::size_t k = 0; k < chunks; ++k) {
             const auto* p = static_cast<const unsigned char*>(bv.data) + k * chunk;
             std::uint64_t n = std::min(chunk, bv.bytes - k * chunk);
             if (bv.where.on_gpu()) {
-                dev[bv.where.device].push_back({p, n});
-                dev_at[bv.where.device].push_back({v, k});
+                device[bv.where.device].push_back({p, n});
+                device_at[bv.where.device].push_back({v, k});
             } else {
-                host.push_back({p, n});
-                host_at.push_back({v, k});
+                host_.push_back({p, n});
+                host_at_.push_back({v, k});
             }
         }
     }
-    for (const auto& [device, spans] : dev) {
-        std::vector<std::uint32_t> crcs = kernels::crc32c_spans(spans, device, s);
-        const auto& at = dev_at[device];
-        for (std::size_t i = 0; i < crcs.size(); ++i) out[at[i].first][at[i].second] = crcs[i];
+    passes_.reserve(device.size());
+    for (auto& [d, spans] : device) {
+        passes_.emplace_back(spans, d, s);
+        device_at_.push_back(std::move(device_at[d]));
     }
-    std::vector<std::uint32_t> crcs = host_crcs(host);
-    for (std::size_t i = 0; i < crcs.size(); ++i) out[host_at[i].first][host_at[i].second] = crcs[i];
-    return out;
+}
+
+std::vector<std::vector<std::uint32_t>> queued_chunk_crcs::wait() {
+    std::vector<std::uint32_t> crcs;
+    if (!host_.empty()) crcs = host_crcs(host_);  // while the kernels run
+    for (std::size_t i = 0; i < crcs.size(); ++i) out_[host_at_[i].first][host_at_[i].second] = crcs[i];
+    for (std::size_t d = 0; d < passes_.size(); ++d) {
+        crcs = passes_[d].wait();
+        for (std::size_t i = 0; i < crcs.size(); ++i) out_[device_at_[d][i].first][device_at_[d][i].second] = crcs[i];
+    }
+    return std::move(out_);
+}
+
+std::vector<std::vector<std::uint32_t>> chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk,
+                                                   stream_t s) {
+    return queued_chunk_crcs(views, chunk, s).wait();
 }
 
 }  // namespace ferry::formats

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/checksum_kernels.hpp"
 #include "ferry/array.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/safetensors.hpp"
@@ -51,6 +52,22 @@ struct byte_view {
 /// host views on up to one thread per core, device views by one kernel launch per device.
 std::vector<std::vector<std::uint32_t>> chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk,
                                                    stream_t s = nullptr);
+
+/// chunk_crcs in two steps: the constructor queues the device views' kernels (one per device,
+/// on `s`) and returns, so the caller reads on while they run; wait() hashes the host views
+/// and returns what chunk_crcs would. The views must stay valid until then.
+class queued_chunk_crcs {
+public:
+    queued_chunk_crcs(const std::vector<byte_view>& views, std::uint64_t chunk, stream_t s);
+    std::vector<std::vector<std::uint32_t>> wait();
+
+private:
+    std::vector<std::vector<std::uint32_t>> out_;
+    std::vector<std::pair<const void*, std::uint64_t>> host_;
+    std::vector<std::pair<std::size_t, std::size_t>> host_at_;  // (view, chunk)
+    std::vector<std::vector<std::pair<std::size_t, std::size_t>>> device_at_;
+    std::vector<kernels::crc_pass> passes_;  // one per device, in device_at_'s order
+};
 
 /// CRC-32C of each {data, bytes} host span on up to `threads` threads (0: one per core).
 std::vector<std::uint32_t> host_crcs(const std::vector<std::pair<const void*, std::uint64_t>>& spans,

@@ -35,6 +35,31 @@ TEST(checksum_kernels, spans_match_the_cpu) {
     EXPECT_EQ(kernels::crc32c_spans(spans, 0, nullptr), want);
 }
 
+// Passes queued one after another and waited for out of order give the CPU's values; one given
+// up on (never waited for) frees its scratch without disturbing the others; a second wait is an
+// error, not a second copy.
+TEST(checksum_kernels, queued_passes_are_collected_in_any_order) {
+    FERRY_REQUIRE_GPU();
+    const std::size_t total = (9u << 20) + 77;
+    auto host = test::pattern(total, 0, 5);
+    device_buffer dev(total, 0);
+    kernels::copy(dev.data(), host.data(), total, 0, nullptr);
+    kernels::synchronize(nullptr, 0);
+    const auto* d = static_cast<const unsigned char*>(dev.data());
+    std::vector<kernels::crc_pass> passes;
+    std::vector<std::vector<std::uint32_t>> want;
+    for (std::size_t at = 0; at < total; at += 3u << 20) {
+        const std::size_t n = std::min<std::size_t>(3u << 20, total - at);
+        passes.emplace_back(std::vector<kernels::crc_span>{{d + at, n}, {d + at, n / 2}}, 0, nullptr);
+        want.push_back({integrity::crc32c(host.data() + at, n), integrity::crc32c(host.data() + at, n / 2)});
+    }
+    { kernels::crc_pass given_up({{d, total}}, 0, nullptr); }
+    ASSERT_EQ(passes.size(), 4u);
+    for (std::size_t i = passes.size(); i-- > 0;) EXPECT_EQ(passes[i].wait(), want[i]) << "pass " << i;
+    EXPECT_THROW(passes[0].wait(), usage_error);
+    EXPECT_EQ(kernels::crc_pass({}, 0, nullptr).wait(), std::vector<std::uint32_t>{});
+}
+
 // The public entry: chunks of host and GPU inputs in one call give the CPU's values, in order.
 struct chunk_case {
     static constexpr std::size_t total = (3u << 20) + 100;
