@@ -15,7 +15,7 @@
 #     pick, SANITIZE_TIMEOUT seconds each, SANITIZE_FILTER_<tool> for a gtest filter); into:
 #     the benchmarks of loads into GPU memory added last (many small files, an MoE-shaped
 #     checkpoint, DCP saves and loads, checksums), each bounded by INTO_TIMEOUT seconds
-#     (default 150) at INTO_SIZE (default 4G); INTO_ONLY names the runs to make (many_files,
+#     (default 150) at INTO_SIZE (default 4G; DCP_SIZE for the DCP run alone); INTO_ONLY names the runs to make (many_files,
 #     many_files_host, moe, dcp, integrity)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -218,7 +218,7 @@ if [ "$what" = into ]; then
     "many_files|bench/many_files_bench.py --dir $TMPDIR/many-files --files 20000 --rounds 2 --device cuda"
     "many_files_host|bench/many_files_bench.py --dir $TMPDIR/many-files --files 20000 --rounds 2"
     "moe|bench/many_tensors_bench.py --dir $TMPDIR/many-tensors --tensors 50000 --moe --matrices 64 --device cuda --rounds 3"
-    "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size $into_size --tensors 512 --device cuda --rounds 2 ${DCP_ARGS:-}"
+    "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-$into_size} --tensors 512 --device cuda --rounds 2 ${DCP_ARGS:-}"
     "integrity|bench/integrity_bench.py --dir $TMPDIR/integrity --size $into_size --tensors 600 --device cuda --rounds ${INTEGRITY_ROUNDS:-5} --cli $ferry"
   )
   for r in "${runs[@]}"; do

@@ -64,8 +64,9 @@ def _reader(folder, seconds, out):
     out.put(("reader", counts))
 
 
-def test_loads_racing_saves_never_mix_generations(tmp_path):
-    folder = str(tmp_path / "ckpt")
+def race(folder):
+    """RACE_SECONDS of one writer saving new generations into `folder` (a path or a URL) and two
+    readers loading it in a loop: the writer's and the readers' counts, each checked."""
     ferry.save_checkpoint(folder, _generation(1), max_shard_size=SHARD)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -83,12 +84,18 @@ def test_loads_racing_saves_never_mix_generations(tmp_path):
             if p.is_alive():
                 p.kill()
     writer = [r for k, r in results if k == "writer"][0]
-    print("race:", results)
+    print("race (%g s, %s):" % (RACE_SECONDS, folder), results)
     readers = [r for k, r in results if k == "reader"]
     assert writer["saves"] > 10, writer
     for r in readers:
         assert r["mixed"] == 0 and r["other"] == 0, r
         assert r["loads"] > 0, r
+    return writer, readers
+
+
+def test_loads_racing_saves_never_mix_generations(tmp_path):
+    folder = str(tmp_path / "ckpt")
+    race(folder)
     # Nothing of the earlier saves is left: the last one's shards and its index.
     index = json.load(open(os.path.join(folder, "model.safetensors.index.json")))
     assert sorted(os.listdir(folder)) == sorted(set(index["weight_map"].values()) |

@@ -321,6 +321,19 @@ def test_checksums_are_checked_on_s3(s3):
         ferry.load_checkpoint("s3://ckpt/hub/", verify="always")
 
 
+def test_loads_racing_saves_on_s3_never_mix_generations(s3):
+    """The local race of test_checkpoint_generations under an S3 prefix: loads return one
+    generation or CheckpointChangedError while another process saves, and what the last save
+    left is its shards and its index."""
+    from test_checkpoint_generations import race
+    race("s3://ckpt/race")
+    client = s3["client"]
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="race/")["Contents"])
+    body = client.get_object(Bucket="ckpt", Key="race/model.safetensors.index.json")["Body"].read()
+    index = json.loads(body)
+    assert keys == sorted({"race/" + f for f in index["weight_map"].values()} | {"race/model.safetensors.index.json"})
+
+
 def _b64_crc(value):
     import base64
     return base64.b64encode(value.to_bytes(4, "big")).decode()

@@ -183,7 +183,13 @@ index_text read_index_text(const std::string& index_path) {
     index_text out;
     out.version = f.version();
     out.text.assign(n, '\0');
-    if (n) f.read(out.text.data(), n, 0);
+    try {
+        if (n) f.read(out.text.data(), n, 0);
+    } catch (const remote_error& e) {
+        // Its GET asks for the ETag its open saw (If-Match): a save replaced it in between.
+        if (e.status() == 412) throw checkpoint_changed_error(index_path, "the index was replaced while it was read");
+        throw;
+    }
     // Replaced by a save while it was read: the bytes read are still the older file's whole
     // (an open descriptor keeps it); rewritten in place, they may be neither.
     if (!is_url(index_path) && f.version() != out.version)
@@ -191,8 +197,16 @@ index_text read_index_text(const std::string& index_path) {
     return out;
 }
 
-// The version of a local index now, or why there is none.
-std::string local_version_now(const std::string& index_path) {
+// The version of an index now (a local file's identity, a remote object's ETag), or why there
+// is none. For a remote index this is a new request: asked only when a load already failed.
+std::string index_version_now(const std::string& index_path) {
+    if (is_url(index_path)) {
+        try {
+            return file(index_path, open_mode::read).version();
+        } catch (const remote_error& e) {
+            return "none (HTTP " + std::to_string(e.status()) + ")";
+        }
+    }
     std::string why;
     std::string v = detail::file_version(index_path, &why);
     return v.empty() ? "none (" + why + ")" : v;
@@ -286,15 +300,16 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
     // A shard missing or disagreeing with the index, because a save replaced the index after
     // it was read: the checkpoint changed, not a broken one.
     auto index_replaced = [&]() -> std::string {
-        if (!local || read.version.empty()) return {};
-        std::string now = local_version_now(index_path);
+        if (read.version.empty()) return {};
+        std::string now = index_version_now(index_path);
         return now == read.version ? std::string() : read.version + " became " + now;
     };
     try {
         checkpoint c = index_checkpoint(index_path, source, place, std::move(parsed), early);
         // Without a generation, only the index's identity tells that the shards read may be of
-        // two saves (another tool's, writing over the same names).
-        if (!has_generation)
+        // two saves (another tool's, writing over the same names). Remote objects are each
+        // checked against the ETag their header was read with instead (range_reader).
+        if (!has_generation && local)
             if (std::string how = index_replaced(); !how.empty())
                 throw checkpoint_changed_error(index_path, "the index was replaced while its shards were read: " + how);
         return c;

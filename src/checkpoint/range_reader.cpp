@@ -32,6 +32,9 @@ range_reader::range_reader(const std::vector<checkpoint_shard>& shards, placemen
             // A newer save removes the shards its index no longer names once that index is out.
             if (e.code() == ENOENT) throw checkpoint_changed_error(sh.path, "the shard was removed since its header was read");
             throw;
+        } catch (const remote_error& e) {
+            if (e.status() == 404) throw checkpoint_changed_error(sh.path, "the shard was removed since its header was read");
+            throw;
         }
         // The plan was made from the headers open_checkpoint read: bytes of another object
         // under the same name would land as if they were the tensors it described. A remote
@@ -72,6 +75,21 @@ void range_reader::check_unchanged(const std::vector<checkpoint_shard>& shards) 
         if (std::string v = files_[i]->version(); v != sh.version)
             throw checkpoint_changed_error(sh.path, sh.version + " became " + (v.empty() ? "none" : v) +
                                                         " while its bytes were read");
+    }
+}
+
+void range_reader::throw_if_removed(std::exception_ptr read_error, const std::vector<checkpoint_shard>& shards) {
+    try {
+        std::rethrow_exception(read_error);
+    } catch (const remote_error& e) {
+        // Opened a moment before with its header's size and ETag: it existed, and is gone
+        // (404), or its GET's If-Match no longer holds (412).
+        if (e.status() != 404 && e.status() != 412) return;
+        for (const auto& sh : shards)
+            if (redact_location(sh.path) == e.url() || sh.path == e.url())
+                throw checkpoint_changed_error(sh.path, e.status() == 404 ? "the shard was removed while its bytes were read"
+                                                                          : "the shard was replaced while its bytes were read");
+    } catch (...) {
     }
 }
 

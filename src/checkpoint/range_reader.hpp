@@ -78,6 +78,9 @@ public:
     /// After the reads: throws checkpoint_changed_error when a shard's version is no longer
     /// what open_checkpoint saw (a local file rewritten in place while it was read).
     void check_unchanged(const std::vector<checkpoint_shard>& shards) const;
+    /// When `read_error` is a remote shard's 404 or 412 (a newer save removed or replaced it
+    /// after it was opened): throws checkpoint_changed_error naming the shard. Otherwise returns.
+    static void throw_if_removed(std::exception_ptr read_error, const std::vector<checkpoint_shard>& shards);
     std::uint64_t bytes_requested() const noexcept { return bytes_.load(); }
     /// File reads issued (a request of row segments counts its rows).
     std::size_t requests() const noexcept { return count_.load(); }
