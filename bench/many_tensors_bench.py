@@ -295,9 +295,17 @@ def main():
                                                                   r[key]["seconds"] / fl["seconds"])
         rows.append(row)
         print("tensors %d done" % n, file=sys.stderr, flush=True)
-    print("| tensors | ferry load ms | us/tensor (call) | us/tensor (library) | of which wrapping | open ms | GB/s "
-          "| safetensors loop ms | load ratio | ferry save ms | safetensors save ms | save ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    # The columns after the load's are those the rows carry: the save's where it was measured,
+    # then into= and the baselines, each cell naming itself.
+    first = res[min(res)] if res else {}
+    head = ["tensors", "ferry load ms", "us/tensor (call)", "us/tensor (library)", "of which wrapping", "open ms",
+            "GB/s", "safetensors loop ms", "load ratio"]
+    if "ferry_save" in first:
+        head += ["ferry save ms", "safetensors save ms", "save ratio"]
+    head += ["more" for key in ("ferry_into", "ferry_raw_read", "ferry_fromfile_loop", "instanttensor_buffered")
+             if key in first]
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
     print("\n".join(rows))
     if a.json:
         with open(a.json, "w") as f:
