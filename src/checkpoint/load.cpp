@@ -537,8 +537,10 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     }
     // A shard rewritten while it was read explains a short read too: that error comes first.
     reader.check_unchanged(c.shards);
-    if (done.first_error) range_reader::throw_if_removed(done.first_error, c.shards);
-    if (done.first_error) done.throw_first_error(c.source, plans);
+    if (done.first_error) {
+        range_reader::throw_if_removed(done.first_error, c.shards);
+        done.throw_first_error(c.source, plans);
+    }
     if (caller_error) std::rethrow_exception(caller_error);
     if (o.verify != verify_mode::never) verifier.finish();
 

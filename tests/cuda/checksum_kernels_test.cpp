@@ -14,13 +14,19 @@
 namespace ferry {
 namespace {
 
+// A copy of `host` in GPU memory of device 0, landed.
+device_buffer on_device(const std::vector<unsigned char>& host) {
+    device_buffer dev(host.size(), 0);
+    kernels::copy(dev.data(), host.data(), host.size(), 0, nullptr);
+    kernels::synchronize(nullptr, 0);
+    return dev;
+}
+
 TEST(checksum_kernels, spans_match_the_cpu) {
     FERRY_REQUIRE_GPU();
     const std::size_t total = (5u << 20) + 4096;
     auto host = test::pattern(total, 0, 9);
-    device_buffer dev(total, 0);
-    kernels::copy(dev.data(), host.data(), total, 0, nullptr);
-    kernels::synchronize(nullptr, 0);
+    device_buffer dev = on_device(host);
     std::vector<kernels::crc_span> spans;
     std::vector<std::uint32_t> want;
     auto add = [&](std::size_t at, std::size_t n) {
@@ -42,9 +48,7 @@ TEST(checksum_kernels, queued_passes_are_collected_in_any_order) {
     FERRY_REQUIRE_GPU();
     const std::size_t total = (9u << 20) + 77;
     auto host = test::pattern(total, 0, 5);
-    device_buffer dev(total, 0);
-    kernels::copy(dev.data(), host.data(), total, 0, nullptr);
-    kernels::synchronize(nullptr, 0);
+    device_buffer dev = on_device(host);
     const auto* d = static_cast<const unsigned char*>(dev.data());
     std::vector<kernels::crc_pass> passes;
     std::vector<std::vector<std::uint32_t>> want;
@@ -97,9 +101,7 @@ TEST(checksum_kernels, crc32c_chunks_of_host_and_device_inputs) {
     const std::uint64_t chunk = c.chunk;
     auto want = [&](std::size_t at, std::size_t n) { return c.want(at, n); };
     std::vector<crc_input> in{{host.data(), total, placement::host()}};
-    device_buffer dev(total, 0);
-    kernels::copy(dev.data(), host.data(), total, 0, nullptr);
-    kernels::synchronize(nullptr, 0);
+    device_buffer dev = on_device(host);
     in.push_back({static_cast<const unsigned char*>(dev.data()) + 1, total - 1, placement::cuda(0)});
     auto got = crc32c_chunks(in, chunk);
     ASSERT_EQ(got.size(), 2u);

@@ -11,11 +11,9 @@ writer recorded checksums (ferry.dcp._checksums), the bytes read are checked aga
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import io
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,24 +22,11 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future
 
+from .._checkpoint import _collector_paused  # a load's per-item objects hold no cycle
 from ._checksums import Checker, check_mode, integrity_error, read_manifest
 from ._record import HEAD_BYTES, TAIL_BYTES, LayoutCache, checkpoint_error, tensor_of
 from ._reads import (DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name,
                      read_pieces)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a load's per-item objects pile up (a few per
-    tensor, none of them cyclic): its full passes over every live tensor of a large state dict
-    cost a 2,048-tensor load on the CPU machine about a third of its time."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class _Record:
