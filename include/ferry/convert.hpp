@@ -9,6 +9,8 @@
 
 #include "ferry/export.hpp"
 
+#include <vector>
+
 #include "ferry/array.hpp"
 #include "ferry/dtype.hpp"
 #include "ferry/memory.hpp"
@@ -38,5 +40,11 @@ FERRY_EXPORT array astype(const array& a, dtype to, stream_t s = nullptr);
 
 /// to_native, then to C order: the array as a C program would lay it out.
 FERRY_EXPORT array to_native_c(const array& a, stream_t s = nullptr);
+
+/// to_native_c of many arrays in one go, for arrays whose storage the caller owns alone: bytes
+/// are swapped in place (as to_native_in_place), Fortran-order arrays transposed into one new
+/// allocation per placement (views of it are returned). GPU work is queued on `s` and waited
+/// for once per device, not per array. Read-only arrays that are not native are refused.
+FERRY_EXPORT std::vector<array> to_native_c_many(const std::vector<array>& arrays, stream_t s = nullptr);
 
 }  // namespace ferry

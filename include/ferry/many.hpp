@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,5 +66,59 @@ private:
 /// index) is thrown once the files in flight have stopped; files not yet started are not read.
 /// A stop_scope around the call stops every file in flight.
 FERRY_EXPORT many_files load_many(const std::vector<std::string>& paths, const load_many_options& options = {});
+
+/// One array of a file read whole by read_whole_files: where its elements lie in the file's
+/// block and how they are laid out there (as the header says: byte order and layout unchanged).
+struct FERRY_EXPORT whole_file_array {
+    std::string name;                       ///< "" for a .npy or raw file; the tensor's name
+    typed_order type;
+    storage_order layout = storage_order::c;
+    std::vector<std::int64_t> shape;
+    std::uint64_t offset = 0;               ///< of the first element, in the block
+    std::uint64_t nbytes = 0;
+};
+
+/// What read_whole_files found in one file of the list.
+struct FERRY_EXPORT whole_file {
+    file_format format = file_format::raw;
+    std::size_t block = 0;                  ///< which block holds its bytes
+    std::uint64_t offset = 0;               ///< where its first byte lies in that block
+    std::uint64_t size = 0;
+    std::vector<whole_file_array> arrays;   ///< .npy and raw: one; safetensors: by name
+    /// A file this path does not check: a safetensors file with recorded checksums, a file
+    /// with a sidecar manifest (FILE.ferry-checksums.json); the single-file loads verify them.
+    /// Its bytes are in the block all the same.
+    bool needs_load = false;
+    std::exception_ptr error;               ///< set when the file could not be read or parsed
+};
+
+struct FERRY_EXPORT whole_files_options {
+    std::optional<dtype> raw_type;          ///< element type of the raw files (none: they fail)
+    std::optional<std::vector<std::int64_t>> raw_shape;  ///< else as many items as a raw file holds
+    unsigned threads = 0;                   ///< 0: 16, fewer for a short list
+    std::uint64_t block_bytes = 3ull << 20; ///< a block holds files up to this size together
+    /// Memory for a block of at least `bytes` (uint8, host or pinned); host memory by default.
+    /// Called from the reading threads, one at a time.
+    std::function<array(std::uint64_t bytes)> allocate;
+    /// Called on the reading thread, one call at a time, once block `b` holds every file the
+    /// thread placed in it (`files`: their indices, failed ones left out), before the thread reads more.
+    std::function<void(std::size_t b, const std::vector<std::size_t>& files)> on_block;
+    bool stop_at_failure = true;            ///< no new file is started once one failed
+};
+
+/// The blocks and what each file of the list holds.
+struct FERRY_EXPORT whole_files {
+    std::vector<array> blocks;
+    std::vector<whole_file> files;          ///< in the order of the list
+};
+
+/// Reads each file of `paths` whole (one open, fstat, pread and close each; no plan, no
+/// engine) into blocks of a few MiB shared by neighbouring files, on a pool of threads, and
+/// parses its header (.npy, safetensors, or raw by content) from those bytes, validated as
+/// load_any validates them. The path for many small files, where per-file costs decide. Errors
+/// stay with their file (whole_file::error); nothing is deserialized: the arrays are described
+/// where they lie. A stop_scope around the call stops it (interrupted_error).
+FERRY_EXPORT whole_files read_whole_files(const std::vector<std::string>& paths,
+                                          const whole_files_options& options = {});
 
 }  // namespace ferry

@@ -1,18 +1,18 @@
 """Many small files at once: ferry.load_many and ferry.iter_load.
 
-Into host memory the files are read whole, each with one pread, by a pool of threads into
-pooled blocks of a few MiB, and their headers (.npy, safetensors) are parsed from that
-memory; the arrays handed out are numpy views of the blocks, as checkpoint loads hand out
-views of their block (_ferry.load_checkpoint's views=). One read a file, not a header read and then a
-payload read, because for files of 16-256 KiB the system calls and the Python around them
-cost more than the bytes.
-ferry.read_batch is not used here: opening a ferry.File costs several times what os.open
-does, and its host pieces gained nothing over preads from threads for files this small
-(docs/benchmarks.md, "Many small files into host memory").
+Into host memory the files are read whole, each with one pread, by the library's threads
+(_ferry.read_whole_files, without the GIL) into pooled blocks of a few MiB, and their headers
+(.npy, safetensors) are parsed there in C++; the arrays handed out are numpy views of the
+blocks, made in one loop in C++, as checkpoint loads hand out views of their block. One read
+a file, not a header read and then a payload read, because for files of 16-256 KiB the system
+calls cost more than the bytes. A pool of Python threads doing the same held the GIL for each
+file's parse and view and ran at a fraction of the speed (docs/benchmarks.md, "Many small
+files").
 
-What the fast path does not cover goes through ferry.load file by file: GPU memory and other
-libraries, dtype= conversions of .npy/safetensors files, element types numpy lacks
-(bfloat16, float8) and .npy format 3.0 headers.
+What the fast path does not cover goes through ferry.load file by file: libraries other than
+numpy, CuPy and PyTorch, dtype= conversions of .npy/safetensors files, element types the
+library lacks, files with recorded checksums, and what the C++ header reader refuses (numpy's
+header reader, here, takes structured dtypes). iter_load reads file by file on a pool.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._convert import fspath, is_gpu, target
+from ._convert import dtype_text, fspath, is_gpu, numpy_dtype, target
 from ._errors import EndOfFileError, Error, FormatError, IntegrityError, UsageError, _file_error_class
 from ._many_device import device_loader
 
@@ -48,11 +48,8 @@ class LoadFailure(NamedTuple):
 
 
 _WORKERS = 16
+_SIDECAR = ".ferry-checksums.json"  # ferry._sidecar.SUFFIX: a file with one is checked against it
 _ALIGN = 64  # .npy payloads start 64-byte aligned within their file; each file starts so here
-# numpy asks for huge pages for allocations of 4 MiB and more; where the kernel compacts
-# memory for them on the spot (transparent_hugepage/defrag "madvise", the CPU machine),
-# touching such a block cost several times what 4 KiB pages do. Blocks stay below that.
-_BLOCK = 3 << 20
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -284,19 +281,32 @@ def _check(paths: Any, errors: str) -> list[str]:
     return out
 
 
-def _chunks(n: int) -> list[range]:
-    step = max(1, min(64, -(-n // (4 * _WORKERS))))
-    return [range(i, min(n, i + step)) for i in range(0, n, step)]
-
-
 def _load_one(path: str, request: _Request, kwargs: dict):
-    """One file through ferry.load (or ferry.fromfile for a raw file with a shape)."""
+    """One file through ferry.load, or ferry.fromfile for a raw file (which checks its sidecar
+    manifest, docs/integrity.md)."""
     from . import _ferry
     from ._api import fromfile, load
 
-    if request.shape is not None and _ferry.detect_format(path) == "raw":
+    if request.dtype is not None and _ferry.detect_format(path) == "raw":
         return fromfile(path, request.dtype, shape=request.shape, **kwargs)
     return load(path, dtype=request.dtype, **kwargs)
+
+
+def _load_host_one(path: str, request: _Request, kwargs: dict):
+    """One file into host memory of its own, its header parsed here (numpy's own header reader
+    for what np.save writes beyond the common form: structured dtypes...), else ferry.load; a
+    file with a sidecar manifest through ferry.fromfile, which checks it."""
+    if os.path.exists(path + _SIDECAR):
+        return _load_one(path, request, kwargs)
+    size = os.stat(path).st_size
+    raw = np.empty(-(-size // _ALIGN) * _ALIGN + _ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    buf = memoryview(raw)
+    _read_whole(path, buf[start:start + size])
+    try:
+        return request.parse(path, buf, start, size)
+    except _Fallback:
+        return _load_one(path, request, kwargs)
 
 
 def _host_fast(dev: str, lib: str | None) -> bool:
@@ -320,9 +330,10 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     Into GPU memory as CuPy arrays (``device="cuda"``) or PyTorch tensors (``like=torch``)
     the files are read the same way into pinned blocks, each block copied to the GPU with one
     asynchronous copy as soon as it is full, and the arrays are views of the device blocks
-    (ferry._many_device). Files the views cannot express (Fortran order, big-endian data,
-    element types the library lacks) and other libraries (JAX, ``like="ferry"``) go through
-    :func:`ferry.load` one by one, with the same results.
+    (ferry._many_device). Fortran-ordered and big-endian arrays come back in C order with
+    native bytes, as :func:`ferry.load` gives them on the GPU, all made so in one batch on the
+    device. Element types the library lacks and other libraries (JAX, ``like="ferry"``) go
+    through :func:`ferry.load` one by one, with the same results.
 
     ``errors="raise"`` (default) raises the error of the first file that fails (a missing,
     unreadable or malformed file; its message names the file and its index in ``paths``, also
@@ -343,101 +354,59 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     n = len(names)
     results: list[Any] = [None] * n
     failed: dict[int, BaseException] = {}
-    later: list[int] = []
-    loader = device_loader(dev, lib, results, failed) if is_gpu(dev) else None
-    if _host_fast(dev, lib):
-        _load_host(names, request, results, failed, later)
-    elif loader is not None:
-        alloc, on_block, finish = loader
-        try:
-            _load_host(names, request, results, failed, later, alloc, on_block)
-        finally:
-            finish()
-    else:
-        later = list(range(n))
+    later: list[int] = list(range(n))
+    loader = device_loader(dev, lib) if is_gpu(dev) else None
+    if _host_fast(dev, lib) or loader is not None:
+        later = _read_all(names, request, results, errors == "raise", loader)
     kwargs = {"device": device, "like": like}
+    one = _load_host_one if _host_fast(dev, lib) else _load_one
     for i in later:
         try:
-            results[i] = _load_one(names[i], request, kwargs)
+            results[i] = one(names[i], request, kwargs)
         except Exception as e:  # noqa: BLE001 (every failure is reported with its file)
+            if errors == "raise":
+                raise _named(i, names[i], e) from e
             failed[i] = e
     failures = [LoadFailure(i, names[i], _named(i, names[i], failed[i])) for i in sorted(failed)]
     if errors == "raise":
-        if failures:
-            raise failures[0].error
         return results
     for f in failures:
         results[f.index] = None
     return results, failures
 
 
-def _block(r: range, sizes: list[int], first: int, need: int,
-           alloc: Any = None) -> tuple[np.ndarray, int, int]:
-    """A block for the files of run ``r`` from ``first`` on, of at most _BLOCK bytes (or the
-    first file's alone), and where its aligned space begins and ends. ``alloc(n)`` gives the
-    memory (a uint8 array; pinned memory for a GPU load), numpy's by default."""
-    total = need
-    for size in sizes[first - r.start + 1:]:
-        more = -(-max(size, 0) // _ALIGN) * _ALIGN
-        if total + more > _BLOCK:
-            break
-        total += more
-    raw = alloc(total + _ALIGN) if alloc is not None else np.empty(total + _ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % _ALIGN
-    return raw, start, start + total
+def _read_all(names: list[str], request: _Request, results: list, stop_at_failure: bool,
+                loader: Any = None) -> list[int]:
+    """The files read whole by the library's threads (_ferry.read_whole_files: one pread each
+    into pooled blocks of a few MiB, headers parsed there, without the GIL), their arrays
+    placed in ``results``: numpy views of the blocks, or with ``loader`` (_many_device) views
+    of the blocks' copies in GPU memory. Returns the indices left for ferry.load, in order:
+    files that failed (ferry.load raises their error again, with its own class and fields),
+    that need a conversion or a check this path does not make, or whose element type the
+    library lacks.
 
+    Not one block per call: a call's single block of gigabytes is fresh memory, faulted in page
+    by page, and on the busy CPU machine it cost more than the reads themselves (20,000 files
+    of 16-256 KiB, docs/benchmarks.md); blocks of a few MiB come from memory the allocator
+    already holds, and keeping one array keeps only its block alive."""
+    from . import _ferry
 
-def _load_host(names: list[str], request: _Request, results: list, failed: dict, later: list,
-               alloc: Any = None, on_block: Any = None) -> None:
-    """Each task of the pool takes a run of files: their sizes, a few pooled allocations of
-    at most _BLOCK bytes for them, a pread of each file into its place, its header parsed
-    there. Not one block per call: a call's single block of gigabytes is fresh memory,
-    faulted in page by page (and in huge pages, see _BLOCK), and on the busy CPU machine it
-    cost more than the reads themselves (20,000 files of 16-256 KiB, docs/benchmarks.md);
-    blocks of a few MiB come from memory the allocator already holds, and keeping one array
-    keeps only its block alive.
-
-    A GPU load (_many_device) passes ``alloc`` (pinned blocks) and ``on_block(raw, indices)``,
-    called in the worker once a block is full with the files placed in it; it returns the
-    indices that must go through ferry.load instead."""
-    fallbacks: list[int] = []
-
-    def run(r: range) -> None:
-        sizes = []
-        for i in r:
-            try:
-                sizes.append(os.stat(names[i]).st_size)
-            except OSError as e:
-                failed[i] = e
-                sizes.append(-1)
-        raw, start, end = None, 0, 0
-        placed: list[int] = []
-        for i, size in zip(r, sizes):
-            if size < 0:
-                continue
-            need = -(-size // _ALIGN) * _ALIGN
-            if raw is None or start + need > end:
-                if on_block is not None and placed:
-                    fallbacks.extend(on_block(raw, placed))
-                placed = []
-                raw, start, end = _block(r, sizes, i, need, alloc)
-                block = memoryview(raw)
-            try:
-                _read_whole(names[i], block[start:start + size])
-                results[i] = request.parse(names[i], block, start, size)
-                placed.append(i)
-            except _Fallback:
-                fallbacks.append(i)
-            except Exception as e:  # noqa: BLE001 (every failure is reported with its file)
-                failed[i] = e
-            start += need
-        if on_block is not None and placed:
-            fallbacks.extend(on_block(raw, placed))
-
-    pool = _executor()
-    for f in [pool.submit(run, r) for r in _chunks(len(names))]:
-        f.result()
-    later.extend(sorted(fallbacks))
+    raw_dtype = None
+    if request.dtype is not None and (request.raw is None or request.raw.isnative or request.raw.itemsize == 1):
+        raw_dtype = dtype_text(request.dtype)[0]  # a big-endian raw dtype: ferry.fromfile reads it
+    args = (names, raw_dtype, request.shape, _WORKERS, stop_at_failure)
+    if loader is None:
+        got, later = _ferry.read_whole_files(*args, dtype_of=numpy_dtype)
+    else:
+        got, later = loader.read(*args)
+    results[:] = got
+    if request.dtype is not None:
+        # A dtype= asks .npy and safetensors files for a conversion: ferry.load makes it.
+        converted = [i for i, v in enumerate(got) if v is not None and (isinstance(v, dict) or v.dtype != request.raw)]
+        for i in converted:
+            results[i] = None
+        later = sorted(set(later) | set(converted))
+    return later
 
 
 def iter_load(paths: Iterable[Any], prefetch: int = 8, *, device: Any = None, like: Any = None,
@@ -465,17 +434,7 @@ def iter_load(paths: Iterable[Any], prefetch: int = 8, *, device: Any = None, li
     pool = _executor()
 
     def one(path: str):
-        if host:
-            size = os.stat(path).st_size
-            raw = np.empty(-(-size // _ALIGN) * _ALIGN + _ALIGN, np.uint8)
-            start = (-raw.ctypes.data) % _ALIGN
-            buf = memoryview(raw)
-            _read_whole(path, buf[start:start + size])
-            try:
-                return request.parse(path, buf, start, size)
-            except _Fallback:
-                pass
-        return _load_one(path, request, kwargs)
+        return _load_host_one(path, request, kwargs) if host else _load_one(path, request, kwargs)
 
     pending: collections.deque = collections.deque()
     it = iter(paths)

@@ -285,6 +285,7 @@ void bind_runtime(nb::module_& m) {
 namespace ferry::python {
 void bind_distributed(nb::module_& m);  // distributed.cpp
 void bind_registration(nb::module_& m);  // file.cpp
+void bind_many(nb::module_& m);          // many.cpp
 }  // namespace ferry::python
 
 NB_MODULE(_ferry, m) {
@@ -295,6 +296,7 @@ NB_MODULE(_ferry, m) {
     ferry::python::bind_registration(m);
     ferry::python::bind_formats(m);
     ferry::python::bind_checkpoint(m);
+    ferry::python::bind_many(m);
     ferry::python::bind_distributed(m);
     ferry::python::bind_runtime(m);
 }

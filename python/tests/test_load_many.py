@@ -260,14 +260,12 @@ def _to_host(x):
 def test_device_batched_equals_load(gpu, tmp_path, lib):
     """Many files into GPU memory in one call: every array equals what ferry.load gives for
     its file (C order, native bytes), native C-ordered arrays come from the shared device
-    blocks, and Fortran-ordered or big-endian files take ferry.load's path with the same
-    values."""
+    blocks, and Fortran-ordered or big-endian files are made native and C-ordered on the GPU
+    in one batch, with the same values."""
     mod = _gpu_lib(lib)
     paths, want = [], []
     for i in range(300):
-        dt = ["<f4", "<i2", "<f8", "uint8", ">f4", "<c8"][i % 6]
-        if lib == "torch" and dt == ">f4":
-            dt = "<f2"
+        dt = ["<f4", "<i2", "<f8", "uint8", ">f4", "<c8", ">i8"][i % 7]
         shape = [(17,), (3, 5), (0, 2), (), (64, 33)][i % 5]
         a = sample(dt, shape, i)
         if i % 7 == 3 and a.ndim == 2:
@@ -334,3 +332,20 @@ def test_torch_host_tensors_and_the_dataloader_recipe(tmp_path):
     for i, t in enumerate(got):
         assert isinstance(t, torch.Tensor)
         np.testing.assert_array_equal(t.numpy(), np.full((3, i + 1), i, np.float32))
+
+
+def test_a_sidecar_is_checked(tmp_path):
+    """A raw or .npy file with a sidecar manifest (ferry verify --record) is checked against it,
+    as ferry.fromfile checks it: a flipped byte raises IntegrityError naming the file."""
+    raw = tmp_path / "r.bin"
+    np.arange(1000, dtype=np.float32).tofile(raw)
+    good = tmp_path / "g.npy"
+    np.save(good, np.arange(5, dtype=np.float32))
+    assert ferry.verify(str(raw), record=True)["status"] == 0
+    (g, r) = ferry.load_many([good, raw], dtype=np.float32)
+    np.testing.assert_array_equal(r, np.arange(1000, dtype=np.float32))
+    data = bytearray(raw.read_bytes())
+    data[100] ^= 1
+    raw.write_bytes(bytes(data))
+    with pytest.raises(ferry.IntegrityError, match=r"paths\[1\]"):
+        ferry.load_many([good, raw], dtype=np.float32)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "ferry/convert.hpp"
 #include "ferry/error.hpp"
 #include "ferry/npy.hpp"
 #include "ferry/safetensors.hpp"
@@ -121,6 +122,139 @@ TEST(load_many, a_stop_request_ends_the_call_as_an_interrupt) {
     stop.request_stop();
     stop_scope scope(stop);
     EXPECT_THROW(load_many(paths), interrupted_error);
+}
+
+// read_whole_files: each file's bytes in a shared block, its arrays described where they lie.
+TEST(read_whole_files, arrays_lie_in_shared_blocks_as_their_headers_say) {
+    test::temp_dir dir;
+    std::vector<std::string> paths;
+    std::vector<array> want;
+    for (int i = 0; i < 50; ++i) {
+        array a = filled(i % 3 ? dtype::float32 : dtype::uint16, {i % 4, 5}, i);
+        if (i % 7 == 0) a = a.with_endian(byte_order::big);  // kept as the file has it
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), a);
+        want.push_back(std::move(a));
+    }
+    save_safetensors(dir / "s.safetensors", {{"b", filled(dtype::uint8, {4}, 1)}, {"a", filled(dtype::int64, {2}, 2)}});
+    paths.push_back(dir / "s.safetensors");
+    test::write_pattern_file(dir / "r.raw", 64);
+    paths.push_back(dir / "r.raw");
+    whole_files_options o;
+    o.raw_type = dtype::int32;
+    o.raw_shape = std::vector<std::int64_t>{2, 8};
+    o.threads = 3;
+    o.block_bytes = 1024;  // a few files a block
+    std::vector<std::size_t> handed;
+    o.on_block = [&](std::size_t, const std::vector<std::size_t>& files) { handed.insert(handed.end(), files.begin(), files.end()); };
+    whole_files got = read_whole_files(paths, o);
+    ASSERT_EQ(got.files.size(), paths.size());
+    EXPECT_GT(got.blocks.size(), 3u);
+    EXPECT_LT(got.blocks.size(), paths.size());
+    EXPECT_EQ(handed.size(), paths.size());  // each file once, in the block that holds it
+    for (std::size_t i = 0; i < 50; ++i) {
+        const whole_file& f = got.files[i];
+        ASSERT_FALSE(f.error) << i;
+        ASSERT_EQ(f.arrays.size(), 1u);
+        const whole_file_array& a = f.arrays[0];
+        EXPECT_EQ(a.type.type, want[i].type());
+        EXPECT_EQ(a.type.order, want[i].endian()) << i;
+        EXPECT_EQ(a.shape, want[i].shape());
+        ASSERT_EQ(a.nbytes, want[i].nbytes());
+        const auto* at = static_cast<const unsigned char*>(got.blocks[f.block].data()) + a.offset;
+        EXPECT_EQ(std::memcmp(at, want[i].data(), a.nbytes), 0) << i;
+        EXPECT_EQ(a.offset % 64, 0u);
+    }
+    const whole_file& st = got.files[50];
+    EXPECT_EQ(st.format, file_format::safetensors);
+    ASSERT_EQ(st.arrays.size(), 2u);
+    EXPECT_EQ(st.arrays[0].name, "a");
+    EXPECT_EQ(st.arrays[1].shape, (std::vector<std::int64_t>{4}));
+    const whole_file& raw = got.files[51];
+    EXPECT_EQ(raw.format, file_format::raw);
+    EXPECT_EQ(raw.arrays.at(0).shape, (std::vector<std::int64_t>{2, 8}));
+    auto pattern = test::pattern(64);
+    EXPECT_EQ(std::memcmp(static_cast<const unsigned char*>(got.blocks[raw.block].data()) + raw.arrays[0].offset,
+                          pattern.data(), 64), 0);
+}
+
+TEST(read_whole_files, failures_stay_with_their_file) {
+    test::temp_dir dir;
+    std::vector<std::string> paths;
+    for (int i = 0; i < 12; ++i) {
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), filled(dtype::float64, {8}, i));
+    }
+    std::ofstream(dir / "f3.npy", std::ios::binary | std::ios::trunc) << "\x93NUMPY\x01";  // cut short
+    paths[5] = dir / "missing.npy";
+    test::write_pattern_file(dir / "f8.npy", 20);  // not a .npy file under its name
+    paths.push_back(dir / "r.raw");
+    test::write_pattern_file(paths.back(), 10);     // a raw file, and no dtype for it
+    paths.push_back(dir.path());                    // a directory
+    whole_files_options o;
+    o.stop_at_failure = false;
+    whole_files got = read_whole_files(paths, o);
+    for (std::size_t i = 0; i < paths.size(); ++i)
+        EXPECT_EQ(bool(got.files[i].error), i == 3 || i == 5 || i == 8 || i >= 12) << i;
+    auto message = [&](std::size_t i) {
+        try {
+            std::rethrow_exception(got.files[i].error);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+    };
+    EXPECT_THROW(std::rethrow_exception(got.files[5].error), system_error);
+    EXPECT_THROW(std::rethrow_exception(got.files[3].error), format_error);
+    EXPECT_THROW(std::rethrow_exception(got.files[12].error), usage_error);
+    EXPECT_NE(message(3).find("f3.npy"), std::string::npos) << message(3);
+    EXPECT_NE(message(5).find("missing.npy"), std::string::npos) << message(5);
+    EXPECT_NE(message(12).find("dtype"), std::string::npos) << message(12);
+    EXPECT_NE(message(13).find("directory"), std::string::npos) << message(13);
+    EXPECT_TRUE(got.files[4].arrays.size() == 1 && !got.files[4].error);
+}
+
+TEST(read_whole_files, a_stop_request_ends_the_call_as_an_interrupt) {
+    test::temp_dir dir;
+    std::vector<std::string> paths;
+    for (int i = 0; i < 20; ++i) {
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), filled(dtype::uint8, {3}, i));
+    }
+    stop_source stop;
+    stop.request_stop();
+    stop_scope scope(stop);
+    EXPECT_THROW(read_whole_files(paths), interrupted_error);
+}
+
+// to_native_c_many: the arrays of many files made native and C-ordered in one go.
+void check_native_c_many(placement where) {
+    std::vector<array> host, in;
+    for (int i = 0; i < 9; ++i) {
+        array a = filled(i % 2 ? dtype::float32 : dtype::int16, {3 + i % 2, 5}, i);
+        if (i % 3 == 0) a = a.with_endian(byte_order::big);
+        storage_order layout = i % 4 == 1 ? storage_order::fortran : storage_order::c;
+        a = array(a.owner(), a.data(), a.type(), a.shape(), a.where(), layout, a.endian());
+        host.push_back(a);
+        in.push_back(a.copy_to(where));
+    }
+    std::vector<array> got = to_native_c_many(in);
+    ASSERT_EQ(got.size(), in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        array want = to_native_c(host[i]);
+        array back = got[i].copy_to(placement::host());
+        EXPECT_TRUE(got[i].is_native());
+        EXPECT_EQ(got[i].layout(), storage_order::c);
+        EXPECT_EQ(got[i].where(), where);
+        EXPECT_TRUE(same_bytes(back, want)) << i;
+        if (host[i].layout() == storage_order::c) EXPECT_EQ(got[i].data(), in[i].data()) << "swapped in place";
+    }
+}
+
+TEST(to_native_c_many, host_arrays) { check_native_c_many(placement::host()); }
+
+TEST(to_native_c_many, gpu_arrays) {
+    FERRY_REQUIRE_GPU();
+    check_native_c_many(placement::cuda(0));
 }
 
 }  // namespace
