@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Where the time of many small hot files goes on a machine: open/close alone, open+read+close
+(one thread and a pool), np.load, ferry.load_many into host and GPU memory; on the given folder
+and on a copy in /dev/shm (tmpfs), so the file system's share shows.
+    python3 bench/probes/files_probe.py --dir DIR --files 20000 [--device cuda]
+"""
+import argparse, concurrent.futures as cf, os, shutil, sys, time
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import numpy as np  # noqa: E402
+import many_files_bench as mfb  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dir", default="/tmp/files-probe")
+ap.add_argument("--files", type=int, default=20000)
+ap.add_argument("--device", default="cpu")
+ap.add_argument("--threads", type=int, default=16)
+ap.add_argument("--rounds", type=int, default=3)
+a = ap.parse_args()
+import ferry  # noqa: E402
+
+
+def open_close(p):
+    os.close(os.open(p, os.O_RDONLY))
+
+
+def read_all(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        return len(os.read(fd, 1 << 20))
+    finally:
+        os.close(fd)
+
+
+def cases(paths):
+    pool = cf.ThreadPoolExecutor(a.threads)
+    out = {
+        "stat loop": lambda: [os.stat(p) for p in paths],
+        "open+close loop": lambda: [open_close(p) for p in paths],
+        "open+read+close loop": lambda: [read_all(p) for p in paths],
+        "open+read+close %d thr" % a.threads: lambda: list(pool.map(read_all, paths, chunksize=64)),
+        "np.load loop": lambda: [np.load(p) for p in paths],
+        "load_many host": lambda: ferry.load_many(paths),
+    }
+    if a.device != "cpu":
+        import cupy
+        out["load_many %s" % a.device] = lambda: (ferry.load_many(paths, device=a.device), cupy.cuda.runtime.deviceSynchronize())
+    return out
+
+
+def run(label, paths):
+    for p in paths:
+        read_all(p)
+    best = {}
+    for _ in range(a.rounds):
+        for k, fn in cases(paths).items():
+            t0 = time.perf_counter(); fn(); t = time.perf_counter() - t0
+            best[k] = min(best.get(k, t), t)
+    for k, t in best.items():
+        print("%-8s %-26s %8.1f ms %9.0f files/s" % (label, k, t * 1e3, len(paths) / t), flush=True)
+
+
+paths = mfb.prepare(a.dir, a.files, 16 << 10, 256 << 10)
+print("%d files, %.2f GB" % (len(paths), sum(os.path.getsize(p) for p in paths) / 1e9))
+run("disk", paths)
+shm = "/dev/shm/files-probe"
+if not os.path.exists(shm):
+    shutil.copytree(os.path.dirname(paths[0]), shm)
+run("tmpfs", [os.path.join(shm, os.path.basename(p)) for p in paths])
+shutil.rmtree(shm)

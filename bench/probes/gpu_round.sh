@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One GPU call: build, the tests of what changed, then the probes and benchmarks named in
+# ROUND (default: files moe many_files). Output in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-$PWD/gpu-round-out}; mkdir -p "$out"
+export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
+INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
+grep "build:" "$out/build.txt"
+export PYTHONPATH=$PWD/build-gpu/python
+build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | tail -4
+timeout 200 python3 -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} 2>&1 | tail -6
+for r in ${ROUND:-files moe many_files}; do
+  case $r in
+    files) timeout 200 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 ;;
+    moe) timeout 200 python3 bench/probes/moe_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 ;;
+    many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
+    many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
+  esac 2>&1 | tee "$out/$r.txt"
+done
