@@ -47,6 +47,35 @@ def cases(paths):
     return out
 
 
+def scaling(paths):
+    """The library's reader alone (no views), by thread count: into its own pooled blocks, and
+    into blocks touched before (a pre-faulted pool, as pinned memory from a library's pool is)."""
+    from ferry import _ferry
+    import resource
+    pool = [np.ones(4 << 20, np.uint8) for _ in range(sum(os.path.getsize(p) for p in paths) // (3 << 20) + 64)]
+    for thr in (1, 4, 16):
+        for kind in ("own", "touched"):
+            best = None
+            for _ in range(a.rounds):
+                it = iter(pool)
+                alloc = (lambda n: next(it)[:n]) if kind == "touched" else None
+                r0 = resource.getrusage(resource.RUSAGE_SELF)
+                t0 = time.perf_counter()
+                x = _ferry.read_whole_files(paths, None, None, thr, True, allocate=alloc)
+                t = time.perf_counter() - t0
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
+                del x
+                cur = (t, r1.ru_stime - r0.ru_stime, r1.ru_minflt - r0.ru_minflt)
+                best = cur if best is None or t < best[0] else best
+            print("read_whole_files %2d threads, %-7s blocks %8.1f ms %9.0f files/s  sys %.0f ms  faults %d"
+                  % (thr, kind, best[0] * 1e3, len(paths) / best[0], best[1] * 1e3, best[2]), flush=True)
+    if a.device != "cpu":
+        from ferry import _many_device
+        ferry.load_many(paths, device=a.device)
+        print("load_many %s, last call: %s" % (a.device, ", ".join(
+            "%s %s" % (k, ("%.1f ms" % (v * 1e3)) if isinstance(v, float) else v) for k, v in _many_device.last_call.items())))
+
+
 def run(label, paths):
     for p in paths:
         read_all(p)
@@ -61,6 +90,7 @@ def run(label, paths):
 
 paths = mfb.prepare(a.dir, a.files, 16 << 10, 256 << 10)
 print("%d files, %.2f GB" % (len(paths), sum(os.path.getsize(p) for p in paths) / 1e9))
+scaling(paths)
 run("disk", paths)
 shm = "/dev/shm/files-probe"
 if not os.path.exists(shm):

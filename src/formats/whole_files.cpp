@@ -4,11 +4,16 @@
 // opens, plans and waits of a load each cost more than the bytes.
 #include "ferry/many.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "formats/npy_header.hpp"
@@ -87,6 +92,66 @@ void parse_raw(std::uint64_t at, whole_file& f, const std::string& path, const w
     f.arrays.push_back({"", typed_order{*o.raw_type, native_byte_order}, storage_order::c, std::move(shape), at, nbytes});
 }
 
+/// Host blocks of one size kept for the next call once the arrays over them are gone. Fresh
+/// memory is faulted in page by page as the reads land in it: a call of 20,000 files of
+/// 16-256 KiB took 663,000 page faults and 2.0 s of system time on the 2-core CPU machine,
+/// against 0.76 s into memory touched before. Idle blocks are kept up to an eighth of the
+/// machine's memory, at most 4 GiB; past that a dropped block is freed.
+class block_pool {
+public:
+    static block_pool& global() {
+        static block_pool* p = new block_pool();  // never destroyed: blocks may outlive statics
+        return *p;
+    }
+
+    std::shared_ptr<const void> get(std::size_t bytes) {
+        void* p = nullptr;
+        {
+            std::lock_guard lock(m_);
+            if (bytes == size_ && !idle_.empty()) {
+                p = idle_.back();
+                idle_.pop_back();
+            }
+        }
+        if (!p) {
+            p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+            if (!p) throw std::bad_alloc();
+        }
+        return std::shared_ptr<const void>(p, [this, bytes](const void* q) { put(const_cast<void*>(q), bytes); });
+    }
+
+    void use_size(std::size_t bytes) {
+        std::lock_guard lock(m_);
+        if (bytes == size_) return;
+        for (void* p : idle_) std::free(p);
+        idle_.clear();
+        size_ = bytes;
+    }
+
+private:
+    block_pool() {
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+        const std::uint64_t ram = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+        cap_bytes_ = std::min<std::uint64_t>(ram / 8, 4ull << 30);
+    }
+
+    void put(void* p, std::size_t bytes) {
+        {
+            std::lock_guard lock(m_);
+            if (bytes == size_ && (idle_.size() + 1) * bytes <= cap_bytes_) {
+                idle_.push_back(p);
+                return;
+            }
+        }
+        std::free(p);
+    }
+
+    std::mutex m_;
+    std::vector<void*> idle_;
+    std::size_t size_ = 0;
+    std::uint64_t cap_bytes_ = 0;
+};
+
 /// Reads the file whole into `dst` (its size bytes): a file that shrank since its stat is an
 /// end_of_file_error, one that grew is read as it was.
 void read_file(const std::string& path, unsigned char* dst, std::uint64_t size) {
@@ -153,8 +218,19 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
                     total += aligned(files[j].size);
                 // Allocation and numbering in one step: a caller's allocate sees the blocks in order.
                 std::lock_guard lock(st.blocks_lock);
-                array mem = st.o.allocate ? st.o.allocate(total + align)
-                                          : array(dtype::uint8, {static_cast<std::int64_t>(total + align)}, placement::host());
+                array mem;
+                if (st.o.allocate) {
+                    mem = st.o.allocate(total + align);
+                } else {
+                    // Blocks of one size from the pool; a larger file gets memory of its own.
+                    const std::uint64_t bytes = std::max(total, st.o.block_bytes) + align;
+                    std::shared_ptr<const void> owner = total <= st.o.block_bytes
+                        ? block_pool::global().get(bytes)
+                        : std::shared_ptr<const void>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096), std::free);
+                    if (!owner) throw std::bad_alloc();
+                    mem = array(owner, const_cast<void*>(owner.get()), dtype::uint8, {static_cast<std::int64_t>(bytes)},
+                                placement::host());
+                }
                 if (mem.nbytes() < total + align) throw usage_error("load_many: a block's allocation came back short");
                 const auto addr = reinterpret_cast<std::uintptr_t>(mem.data());
                 at = (align - addr % align) % align;
@@ -198,6 +274,7 @@ whole_files read_whole_files(const std::vector<std::string>& paths, const whole_
     whole_files out;
     out.files.resize(n);
     shared_state st{paths, options, out};
+    if (!options.allocate) block_pool::global().use_size(options.block_bytes + align);
     const unsigned want = options.threads ? options.threads : default_threads;
     const auto threads = static_cast<unsigned>(std::min<std::size_t>(want, n));
     // Runs of up to 64 neighbours, at least four a thread, so that the last runs balance.
