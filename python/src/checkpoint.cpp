@@ -89,7 +89,7 @@ nb::dict plan_entry(const tensor_plan& tp) {
 nb::object shape_tuple(const std::vector<std::int64_t>& shape) {
     nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
     for (std::size_t i = 0; i < shape.size(); ++i)
-        PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+        PyTuple_SetItem(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
     return dims;
 }
 
@@ -159,7 +159,7 @@ nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& 
             nb::object rows = nb::steal(PySequence_List(a.ptr()));
             if (!rows.is_valid()) throw nb::python_error();
             for (std::size_t r = k; r < j; ++r)
-                values[placed[r]] = nb::borrow(PyList_GET_ITEM(rows.ptr(), static_cast<Py_ssize_t>(r - k)));
+                values[placed[r]] = nb::borrow(PyList_GetItem(rows.ptr(), static_cast<Py_ssize_t>(r - k)));
         }
         k = j;
     }
@@ -209,7 +209,7 @@ void view_entries(const std::vector<named_array>& tensors, const nb::object& vie
         const auto& shape = t.value.shape();
         nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
         for (std::size_t i = 0; i < shape.size(); ++i)
-            PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+            PyTuple_SetItem(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
         const std::int64_t offset = t.value.nbytes() == 0 ? -1 : p - lo;
         entries.append(nb::make_tuple(t.name, it->second.second, dims, offset, t.value.nbytes()));
     }

@@ -6,6 +6,7 @@
 #include "foreign.hpp"
 
 #include <Python.h>
+#include <dlfcn.h>
 
 #include <nanobind/stl/string.h>
 
@@ -55,7 +56,17 @@ bool same_layout(const std::vector<std::int64_t>& shape, const std::int64_t* str
 }  // namespace
 
 bool interpreter_alive() {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API) && Py_LIMITED_API < 0x030D0000
+    // The stable ABI gained Py_IsFinalizing in 3.13; a 3.12 interpreter exports it as
+    // _Py_IsFinalizing. One module serves both (the abi3 wheel): ask the running interpreter.
+    using is_finalizing_fn = int (*)();
+    static const is_finalizing_fn is_finalizing = [] {
+        void* f = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+        if (!f) f = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+        return reinterpret_cast<is_finalizing_fn>(f);
+    }();
+    return Py_IsInitialized() && !(is_finalizing && is_finalizing());
+#elif PY_VERSION_HEX >= 0x030D0000
     return Py_IsInitialized() && !Py_IsFinalizing();
 #else
     return Py_IsInitialized() && !_Py_IsFinalizing();

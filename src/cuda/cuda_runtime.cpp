@@ -21,19 +21,27 @@ struct cuda_probe {
 
 }  // namespace
 
-// NVIDIA's minimum Linux drivers: 580 for CUDA 13.0, 525 for 12.0.
+// The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA compatibility guide: a
+// build runs on any driver of its major version's range through minor version compatibility),
+// 0 where there is no ferry build for that major version.
+int minimum_driver(int cuda_major) { return cuda_major == 13 ? 580 : cuda_major == 12 ? 525 : 0; }
+
+// The build names itself as its wheel does (ferry-cu<major>, scripts/wheel.py): the CUDA major
+// version comes from the headers it was compiled with, the major version of the runtime linked in.
 std::string driver_too_old_reason(int driver) {
     const int built = CUDART_VERSION;
     const int major = built / 1000;
-    std::string need = major >= 13 ? "a driver of the 580 series or newer"
-                                   : major == 12 ? "a driver of the 525 series or newer" : "a newer driver";
-    std::string text = "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
-                       std::to_string(driver % 1000 / 10) + ", and this build of ferry needs CUDA " +
-                       std::to_string(major) + "." + std::to_string(built % 1000 / 10) + " (" + need +
-                       "): update the driver";
-    if (driver / 1000 < major && driver / 1000 >= 12)
-        text += ", or install ferry built for CUDA " + std::to_string(driver / 1000) + " (the ferry-cu" +
-                std::to_string(driver / 1000) + " wheel, or make wheel with that toolkit)";
+    const int has = driver / 1000;
+    const std::string flavour = "ferry-cu" + std::to_string(major);
+    std::string text = "the NVIDIA driver supports CUDA " + std::to_string(has) + "." +
+                       std::to_string(driver % 1000 / 10) + ", and this " + flavour + " (built with CUDA " +
+                       std::to_string(major) + "." + std::to_string(built % 1000 / 10) + ") needs ";
+    text += minimum_driver(major) ? "an NVIDIA driver >= " + std::to_string(minimum_driver(major))
+                                  : std::string("a newer NVIDIA driver");
+    text += ": update the driver";
+    if (has < major && minimum_driver(has))
+        text += ", or install the ferry-cu" + std::to_string(has) + " wheel instead (for drivers >= " +
+                std::to_string(minimum_driver(has)) + ")";
     return text;
 }
 

@@ -69,9 +69,13 @@ void set_device(int device);
 char* pin_host_memory(std::size_t bytes, const char* what);
 void unpin_host_memory(char* p) noexcept;
 
+/// The oldest NVIDIA Linux driver (its major number, e.g. 580) that runs a build for CUDA
+/// `cuda_major`, or 0 where ferry has no build for that CUDA major version.
+int minimum_driver(int cuda_major);
+
 /// The reason given when the driver (cudaDriverGetVersion's `driver`, e.g. 12080 for 12.8) is
-/// older than the CUDA this build was compiled with: which driver it needs, and which build
-/// of ferry would run on the one installed.
+/// older than the CUDA this build was compiled with: the wheel this build is (ferry-cu13), the
+/// driver it needs, and the wheel that would run on the driver installed.
 std::string driver_too_old_reason(int driver);
 
 }  // namespace ferry::detail

@@ -29,17 +29,23 @@ TEST(cuda_runtime, calls_inside_a_host_function_are_refused_before_reaching_cuda
     EXPECT_TRUE(reached);
 }
 
-// A driver older than the build's CUDA gets a reason that names the driver it has, the one the
-// build needs, and the build that would run on it, never a bare cudaErrorInsufficientDriver.
+// A driver older than the build's CUDA gets a reason that names the driver it has, the wheel this
+// build is and the driver it needs, and the wheel that would run on that driver, never a bare
+// cudaErrorInsufficientDriver.
 TEST(cuda_runtime, an_old_driver_is_told_what_to_install) {
     const int built_major = CUDART_VERSION / 1000;
     std::string r = driver_too_old_reason((built_major - 1) * 1000 + 80);
     EXPECT_NE(r.find("supports CUDA " + std::to_string(built_major - 1) + ".8"), std::string::npos) << r;
-    EXPECT_NE(r.find("needs CUDA " + std::to_string(built_major) + "."), std::string::npos) << r;
+    EXPECT_NE(r.find("this ferry-cu" + std::to_string(built_major) + " (built with CUDA " +
+                     std::to_string(built_major) + "."),
+              std::string::npos)
+        << r;
     if (built_major == 13) {
-        EXPECT_NE(r.find("580 series"), std::string::npos) << r;
-        EXPECT_NE(r.find("ferry-cu12"), std::string::npos) << r;
+        EXPECT_NE(r.find("needs an NVIDIA driver >= 580"), std::string::npos) << r;
+        EXPECT_NE(r.find("install the ferry-cu12 wheel instead"), std::string::npos) << r;
+        EXPECT_NE(r.find("for drivers >= 525"), std::string::npos) << r;
     }
+    if (built_major == 12) EXPECT_NE(r.find("needs an NVIDIA driver >= 525"), std::string::npos) << r;
     std::string ancient = driver_too_old_reason(11040);
     EXPECT_EQ(ancient.find("ferry-cu11"), std::string::npos) << "there is no CUDA 11 build: " << ancient;
 }
