@@ -194,10 +194,20 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
     unsigned char* base = nullptr;
     std::uint64_t at = 0, end = 0;
     std::vector<std::size_t> placed;
+    // A caller's on_block that throws (its copy found no memory) fails the block's files, not
+    // the thread: each keeps the error.
     auto hand_over = [&] {
         if (!placed.empty() && st.o.on_block) {
-            std::lock_guard lock(st.callback_lock);
-            st.o.on_block(block, placed);
+            try {
+                std::lock_guard lock(st.callback_lock);
+                st.o.on_block(block, placed);
+            } catch (...) {
+                for (std::size_t k : placed) {
+                    files[k].arrays.clear();
+                    files[k].error = std::current_exception();
+                }
+                st.failed.store(true, std::memory_order_relaxed);
+            }
         }
         placed.clear();
     };

@@ -226,6 +226,32 @@ TEST(read_whole_files, a_stop_request_ends_the_call_as_an_interrupt) {
     EXPECT_THROW(read_whole_files(paths), interrupted_error);
 }
 
+TEST(read_whole_files, a_block_handed_over_in_vain_fails_its_files_not_the_call) {
+    test::temp_dir dir;
+    std::vector<std::string> paths;
+    for (int i = 0; i < 16; ++i) {
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), filled(dtype::uint8, {100}, i));
+    }
+    whole_files_options o;
+    o.threads = 4;
+    o.block_bytes = 1024;
+    o.stop_at_failure = false;
+    o.on_block = [](std::size_t b, const std::vector<std::size_t>&) {
+        if (b % 2) throw usage_error("no memory for the copy");
+    };
+    whole_files got = read_whole_files(paths, o);
+    std::size_t failed = 0;
+    for (const auto& f : got.files) {
+        if (!f.error) continue;
+        ++failed;
+        EXPECT_TRUE(f.arrays.empty());
+        EXPECT_THROW(std::rethrow_exception(f.error), usage_error);
+    }
+    EXPECT_GT(failed, 0u);
+    EXPECT_LT(failed, paths.size());
+}
+
 // to_native_c_many: the arrays of many files made native and C-ordered in one go.
 void check_native_c_many(placement where) {
     std::vector<array> host, in;
