@@ -24,6 +24,16 @@ array filled(dtype t, std::vector<std::int64_t> shape, int seed) {
     return a;
 }
 
+/// n .npy files f0.npy ... in `dir`, each of `type` and `shape`, filled after its index.
+std::vector<std::string> npy_files(const test::temp_dir& dir, int n, dtype type, std::vector<std::int64_t> shape) {
+    std::vector<std::string> paths;
+    for (int i = 0; i < n; ++i) {
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), filled(type, shape, i));
+    }
+    return paths;
+}
+
 bool same_bytes(const array& a, const array& b) {
     return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
@@ -71,11 +81,7 @@ TEST(load_many, files_of_every_format_in_the_order_given) {
 
 TEST(load_many, the_first_failure_by_index_is_raised_with_its_place) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 30; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::float64, {8}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 30, dtype::float64, {8});
     std::ofstream(dir / "f7.npy", std::ios::binary | std::ios::trunc) << "\x93NUMPY\x01";  // cut short
     paths[20] = dir / "missing.npy";
     try {
@@ -92,11 +98,7 @@ TEST(load_many, the_first_failure_by_index_is_raised_with_its_place) {
 
 TEST(load_many, skipping_returns_the_others_and_lists_every_failure) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 10; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::uint8, {3}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 10, dtype::uint8, {3});
     paths[2] = dir / "missing.npy";
     test::write_pattern_file(dir / "f5.npy", 20);  // not a .npy file under its name
     load_many_options o;
@@ -113,11 +115,7 @@ TEST(load_many, skipping_returns_the_others_and_lists_every_failure) {
 
 TEST(load_many, a_stop_request_ends_the_call_as_an_interrupt) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 20; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::uint8, {3}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 20, dtype::uint8, {3});
     stop_source stop;
     stop.request_stop();
     stop_scope scope(stop);
@@ -180,11 +178,7 @@ TEST(read_whole_files, arrays_lie_in_shared_blocks_as_their_headers_say) {
 
 TEST(read_whole_files, failures_stay_with_their_file) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 12; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::float64, {8}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 12, dtype::float64, {8});
     std::ofstream(dir / "f3.npy", std::ios::binary | std::ios::trunc) << "\x93NUMPY\x01";  // cut short
     paths[5] = dir / "missing.npy";
     test::write_pattern_file(dir / "f8.npy", 20);  // not a .npy file under its name
@@ -215,11 +209,7 @@ TEST(read_whole_files, failures_stay_with_their_file) {
 
 TEST(read_whole_files, a_stop_request_ends_the_call_as_an_interrupt) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 20; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::uint8, {3}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 20, dtype::uint8, {3});
     stop_source stop;
     stop.request_stop();
     stop_scope scope(stop);
@@ -228,11 +218,7 @@ TEST(read_whole_files, a_stop_request_ends_the_call_as_an_interrupt) {
 
 TEST(read_whole_files, a_block_handed_over_in_vain_fails_its_files_not_the_call) {
     test::temp_dir dir;
-    std::vector<std::string> paths;
-    for (int i = 0; i < 16; ++i) {
-        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
-        save_npy(paths.back(), filled(dtype::uint8, {100}, i));
-    }
+    std::vector<std::string> paths = npy_files(dir, 16, dtype::uint8, {100});
     whole_files_options o;
     o.threads = 4;
     o.block_bytes = 1024;
