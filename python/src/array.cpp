@@ -18,6 +18,14 @@
 
 namespace ferry::python {
 
+nb::object shape_tuple(const std::vector<std::int64_t>& shape) {
+    nb::object t = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    for (std::size_t i = 0; i < shape.size(); ++i)
+        if (PyTuple_SetItem(t.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i])) != 0)
+            throw nb::python_error();
+    return t;
+}
+
 namespace {
 
 using namespace nb::literals;
@@ -55,12 +63,6 @@ std::string typestr(const array& a) {
         throw nb::attribute_error((std::string(to_string(a.type())) +
                                    " has no CUDA array interface type string; use DLPack").c_str());
     return numpy_descr(a.type(), a.endian());
-}
-
-nb::tuple shape_tuple(const std::vector<std::int64_t>& shape) {
-    nb::list l;
-    for (auto d : shape) l.append(d);
-    return nb::tuple(l);
 }
 
 nb::object dlpack_export(const array& self, nb::object stream, nb::object max_version,

@@ -60,6 +60,9 @@ std::shared_ptr<const void> hold_python(nb::object o);
 /// "cpu", "pinned" or "cuda:N": the device string the Python layer uses.
 std::string device_string(const placement& p);
 
+/// A shape as a Python tuple of ints (array.cpp).
+nb::object shape_tuple(const std::vector<std::int64_t>& shape);
+
 /// Counters as a dict: bytes_read, bytes_written, read/write by path, fallbacks.
 nb::dict stats_dict(const io_stats& s);
 

@@ -86,13 +86,6 @@ nb::dict plan_entry(const tensor_plan& tp) {
     return d;
 }
 
-nb::object shape_tuple(const std::vector<std::int64_t>& shape) {
-    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-    for (std::size_t i = 0; i < shape.size(); ++i)
-        PyTuple_SetItem(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
-    return dims;
-}
-
 // A host load's fresh tensors as numpy arrays over their one block, in a dict by name, made
 // here in one loop: per tensor one ndarray(shape, dtype, buffer, offset) call and one dict
 // entry. Through a tuple per tensor and a loop in Python they cost 2 us a tensor on the CPU
@@ -206,10 +199,7 @@ void view_entries(const std::vector<named_array>& tensors, const nb::object& vie
             entries.append(nb::make_tuple(t.name, nb::cast(t.value)));
             continue;
         }
-        const auto& shape = t.value.shape();
-        nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-        for (std::size_t i = 0; i < shape.size(); ++i)
-            PyTuple_SetItem(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+        nb::object dims = shape_tuple(t.value.shape());
         const std::int64_t offset = t.value.nbytes() == 0 ? -1 : p - lo;
         entries.append(nb::make_tuple(t.name, it->second.second, dims, offset, t.value.nbytes()));
     }

@@ -26,13 +26,6 @@ namespace {
 
 using namespace nb::literals;
 
-nb::object dims(const std::vector<std::int64_t>& shape) {
-    nb::object t = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-    for (std::size_t i = 0; i < shape.size(); ++i)
-        if (PyTuple_SetItem(t.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i])) != 0) throw nb::python_error();
-    return t;
-}
-
 bool is_fortran(const whole_file_array& a) {
     if (a.layout != storage_order::fortran) return false;
     int big = 0;
@@ -77,7 +70,7 @@ nb::tuple host_views(const whole_files& got, const nb::object& dtype_of) {
         if (!buffer.is_valid()) buffer = nb::cast(got.blocks[f.block]).attr("_host_bytes")();
         auto view = [&](const whole_file_array& a) -> nb::object {
             const nb::object& dt = kind(a.type);
-            nb::object shape = dims(a.shape);
+            nb::object shape = shape_tuple(a.shape);
             if (a.nbytes == 0)
                 return is_fortran(a) ? empty(shape, dt, "order"_a = order_f) : empty(shape, dt);
             nb::object offset = nb::steal(PyLong_FromUnsignedLongLong(a.offset));
@@ -120,7 +113,7 @@ nb::tuple places(const whole_files& got) {
         for (const auto& a : f.arrays) {
             const bool big = size_of(a.type.type) > 1 && a.type.order == byte_order::big;
             arrays.append(nb::make_tuple(nb::str(a.name.data(), a.name.size()), std::string(to_string(a.type.type)),
-                                         big ? ">" : "<", is_fortran(a), dims(a.shape), a.offset, a.nbytes));
+                                         big ? ">" : "<", is_fortran(a), shape_tuple(a.shape), a.offset, a.nbytes));
         }
         results.append(nb::make_tuple(f.block, arrays, f.format == file_format::safetensors));
     }
