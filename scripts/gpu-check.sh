@@ -16,7 +16,11 @@
 #     the benchmarks of loads into GPU memory added last (many small files, an MoE-shaped
 #     checkpoint, DCP saves and loads, checksums), each bounded by INTO_TIMEOUT seconds
 #     (default 150) at INTO_SIZE (default 4G; DCP_SIZE for the DCP run alone); INTO_ONLY names the runs to make (many_files,
-#     many_files_host, moe, dcp, integrity)
+#     many_files_host, moe, dcp, integrity, integrity_cli); wheels: the binary wheels in dist/
+#     (WHEELS, default every abi3 wheel there) as users install them, each into a fresh virtual
+#     environment: the Python suite against it (WHEEL_SUITE=0 skips it), and `ferry.fromfile`
+#     of a hot file of the bench size into GPU memory from the source build and from each
+#     wheel in turn (WHEEL_FROMFILE=0 skips it and the build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -31,13 +35,17 @@ echo "== machine"; nvidia-smi -L; nproc; free -g | head -2; uname -r
 nvcc --version | tail -1
 
 t0=$(date +%s)
-cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
-  || { tail -30 /tmp/configure.log; exit 1; }
-targets=(); case "$what" in sidebyside|into) targets=(ferry_cli ferry_python) ;; esac  # what those modes run, no tests
+targets=(); case "$what" in sidebyside|into|wheels) targets=(ferry_cli ferry_python) ;; esac  # what those modes run, no tests
 # shellcheck disable=SC2206
 [ -n "${BUILD_TARGETS:-}" ] && targets=($BUILD_TARGETS)  # e.g. "ferry_cli ferry_python" for PEERS=checkpoint
-ninja -C $build "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
-note "build: $(( $(date +%s) - t0 )) s"
+if [ "$what" = wheels ] && [ "${WHEEL_FROMFILE:-1}" = 0 ]; then
+  note "build: none (the wheels alone)"
+else
+  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/configure.log 2>&1 \
+    || { tail -30 /tmp/configure.log; exit 1; }
+  ninja -C $build "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  note "build: $(( $(date +%s) - t0 )) s"
+fi
 ferry=$build/tools/ferry
 
 # Work on the root file system (ext4 on the virtio disk), not tmpfs.
@@ -220,6 +228,7 @@ if [ "$what" = into ]; then
     "moe|bench/many_tensors_bench.py --dir $TMPDIR/many-tensors --tensors 50000 --moe --matrices 64 --device cuda --rounds 3"
     "dcp|bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-$into_size} --tensors 512 --device cuda --rounds 2 ${DCP_ARGS:-}"
     "integrity|bench/integrity_bench.py --dir $TMPDIR/integrity --size $into_size --tensors 600 --device cuda --rounds ${INTEGRITY_ROUNDS:-5} --cli $ferry"
+    "integrity_cli|bench/integrity_cli_bench.py --dir $TMPDIR/integrity-cli --size $into_size --tensors 600 --device cuda --rounds ${INTEGRITY_ROUNDS:-3} --cli $ferry"
   )
   for r in "${runs[@]}"; do
     name=${r%%|*}; cmd=${r#*|}
@@ -230,6 +239,70 @@ if [ "$what" = into ]; then
     note "$name: rc $?"
     grep -E '^\|' "$out/$name.txt" | tail -12
   done
+fi
+
+if [ "$what" = wheels ]; then
+  shopt -s nullglob
+  # shellcheck disable=SC2206
+  wheels=(${WHEELS:-dist/ferry_cu*-abi3-*.whl})
+  [ ${#wheels[@]} -gt 0 ] || { echo "wheels: no wheel in dist/ (make wheel, then carry dist)" >&2; exit 2; }
+  udev_fix >/dev/null
+  repo=$PWD
+  venvs=()
+  for wheel in "${wheels[@]}"; do
+    name=$(basename "$wheel" | cut -d- -f1)
+    venv=$TMPDIR/venv-$name; rm -rf "$venv"
+    # The machine's numpy, torch, CuPy, pytest... come from the folders of packages its python3
+    # sees (user site and PYTHONPATH's folders included, e.g. the test servers' packages), named
+    # in a .pth file after the venv's own; ferry only from the wheel.
+    python3 -m venv "$venv"
+    site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    python3 -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+      >"$site/ferry-test-extra.pth"
+    tr ':' '\n' <<<"${PYTHONPATH:-}" | grep -v "^$" >>"$site/ferry-test-extra.pth" || true
+    t1=$(date +%s%N)
+    env -u PYTHONPATH PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+      "$venv/bin/python" -m pip install -q --no-index --no-deps --only-binary=:all: "$wheel" || exit 1
+    note "$name: installed in $(( ($(date +%s%N) - t1) / 1000000 )) ms from $(basename "$wheel")"
+    (cd "$TMPDIR" && env -u PYTHONPATH "$venv/bin/ferry" doctor "$TMPDIR") >"$out/doctor-$name.txt" 2>&1
+    note "$name: ferry doctor rc $?: $(head -3 "$out/doctor-$name.txt" | tr '\n' ' ')"
+    venvs+=("$name|$venv")
+    if [ "${WHEEL_SUITE:-1}" = 1 ]; then
+      t1=$(date +%s)
+      (cd "$TMPDIR" && env -u PYTHONPATH FERRY_CLI="$venv/bin/ferry" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+        "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$repo/python/tests" ${WHEEL_PYTEST_ARGS:-}) >"$out/pytest-$name.log" 2>&1
+      note "$name: pytest rc $?, $(tail -1 "$out/pytest-$name.log"), $(( $(date +%s) - t1 )) s"
+      grep -E "SKIPPED|FAILED|Error" "$out/pytest-$name.log" | head -20
+    fi
+  done
+  if [ "${WHEEL_FROMFILE:-1}" = 1 ]; then
+    f=$TMPDIR/fromfile.bin
+    python3 scripts/make_bench_file.py "$f" "$size"
+    log=$out/fromfile.txt; : >"$log"
+    # Readers take turns, three times over: each sees the same hot file.
+    for turn in 1 2 3; do
+      PYTHONPATH="$PWD/$build/python" python3 bench/probes/fromfile_probe.py "$f" --label source >>"$log" 2>&1
+      for v in "${venvs[@]}"; do
+        (cd "$TMPDIR" && env -u PYTHONPATH "${v#*|}/bin/python" "$repo/bench/probes/fromfile_probe.py" "$f" \
+          --label "${v%%|*}") >>"$log" 2>&1
+      done
+    done
+    rm -f "$f"
+    python3 - "$log" <<'PY' | while read -r line; do note "$line"; done
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        print("fromfile: " + line.strip()); continue
+    best.setdefault(r["label"], []).append(r["best"])
+src = max(best.get("source", [0]))
+for label, rates in best.items():
+    ratio = " (%.3fx the source build)" % (max(rates) / src) if src and label != "source" else ""
+    print("fromfile %s: best %.2f GB/s, turns %s%s" % (label, max(rates), rates, ratio))
+PY
+  fi
 fi
 
 echo; echo "== summary"; printf '%s\n' "${summary[@]}"

@@ -333,3 +333,17 @@ def test_many_tensors_bench_measures_loads_saves_and_the_moe_shape(tmp_path):
     with open(out) as f:
         got = json.load(f)["results"]["200"]
     assert got["ferry_load"]["seconds"] > 0 and got["safetensors_load"]["seconds"] > 0
+
+
+def test_fromfile_probe_reports_every_round_and_which_ferry(tmp_path):
+    f = tmp_path / "x.bin"
+    f.write_bytes(os.urandom(3 << 20))
+    r = run([os.path.join(BENCH, "probes", "fromfile_probe.py"), str(f), "--device", "cpu", "--rounds", "3",
+             "--label", "here"], timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["label"] == "here" and out["bytes"] == 3 << 20
+    assert len(out["gbps"]) == 3 and all(g > 0 for g in out["gbps"]) and out["best"] == max(out["gbps"])
+    assert os.path.isfile(os.path.join(out["ferry"], "__init__.py"))
+    missing = run([os.path.join(BENCH, "probes", "fromfile_probe.py"), str(tmp_path / "nope.bin"), "--device", "cpu"])
+    assert missing.returncode != 0 and "nope.bin" in missing.stderr
