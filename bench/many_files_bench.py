@@ -24,8 +24,18 @@ against np.load's values in C order and native bytes, as GPU arrays hold them):
   load_many cupy       ferry.load_many(paths, device="cuda")
   load_many torch      ferry.load_many(paths, like=a CUDA tensor)
 
+With --cold every reader starts with none of the files in the page cache (dropped before it
+runs, outside the clock, by bench_common.evict: drop_caches as root, else each file's
+posix_fadvise(DONTNEED)), and the readers are the
+baseline, --uring (the ferry_uring_files program the build makes from bench/uring_files.cpp:
+statx, openat, read and close of every file through one io_uring at --depth files in flight),
+ferry.load_many (16 reading threads; into GPU memory with --device cuda) and, into host
+memory, a --depth-thread pool of np.load; ratios are to the baseline. The baseline also runs once hot, so
+that the table shows what the eviction took away.
+
   python3 bench/many_files_bench.py --dir /tmp/ferry-many-files --files 20000
   python3 bench/many_files_bench.py --dir /tmp/ferry-many-files --files 20000 --device cuda
+  python3 bench/many_files_bench.py --files 100000 --cold --uring build/bench/ferry_uring_files
 """
 
 import argparse
@@ -36,6 +46,9 @@ import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import evict  # noqa: E402
 
 DTYPES = ["<f4", "<f8", "<i2", "|u1", ">f2", "<i8", ">f4"]
 
@@ -69,11 +82,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--cold", action="store_true", help="drop the files from the page cache before each reader")
+    ap.add_argument("--uring", default="", help="the ferry_uring_files baseline (with --cold)")
+    ap.add_argument("--depth", type=int, default=16, help="files in flight (with --cold)")
     a = ap.parse_args()
     import ferry
 
     paths = prepare(a.dir, a.files, a.min_bytes, a.max_bytes)
     total = sum(os.path.getsize(p) for p in paths)
+    if a.cold:
+        return run_cold(a, paths, total)
     for p in paths:  # hot
         with open(p, "rb") as f:
             f.read()
@@ -116,6 +134,75 @@ def report(a, paths, total, best, base_name, pooled_name):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"files": len(paths), "bytes": total, "seconds": best}, f, indent=1)
+
+
+def run_cold(a, paths, total):
+    import subprocess
+    import tempfile
+
+    import ferry
+
+    if not a.uring or not os.access(a.uring, os.X_OK):
+        raise SystemExit("--cold needs --uring: the ferry_uring_files program (bench/uring_files.cpp), "
+                         "built by the build as bench/ferry_uring_files; got %r" % a.uring)
+    with tempfile.NamedTemporaryFile("w", suffix=".list", delete=False) as f:
+        f.write("\n".join(paths) + "\n")
+        listing = f.name
+
+    def uring():
+        r = subprocess.run([a.uring, "--depth", str(a.depth), "--list", listing], capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            raise SystemExit("%s failed: %s" % (a.uring, r.stderr.strip()))
+        out = json.loads(r.stdout)
+        if out["files"] != len(paths) or out["bytes"] != total:
+            raise SystemExit("%s read %d files, %d bytes, of %d, %d" % (a.uring, out["files"], out["bytes"],
+                                                                     len(paths), total))
+        return out["seconds"]
+
+    sync = lambda: None  # noqa: E731
+    many = lambda: ferry.load_many(paths)  # noqa: E731
+    name = "ferry.load_many"
+    if a.device == "cuda":
+        import cupy
+        sync = cupy.cuda.runtime.deviceSynchronize
+        many = lambda: ferry.load_many(paths, device="cuda")  # noqa: E731
+        name = "load_many cupy"
+        cupy.zeros(1)
+    pool = concurrent.futures.ThreadPoolExecutor(a.depth)
+
+    def timed(fn):
+        def run():
+            t0 = time.perf_counter()
+            got = fn()
+            sync()
+            t = time.perf_counter() - t0
+            if len(got) != len(paths):
+                raise SystemExit("a reader returned %d arrays of %d" % (len(got), len(paths)))
+            return t
+        return run
+
+    base = "io_uring baseline, depth %d" % a.depth
+    readers = {base: uring, name: timed(many)}
+    if a.device == "cpu":
+        readers["np.load %d threads" % a.depth] = timed(lambda: list(pool.map(np.load, paths)))
+    best = {}
+    method = ""
+    try:
+        for _ in range(a.rounds):
+            for reader, fn in readers.items():
+                method = evict(paths)
+                t = fn()
+                best[reader] = min(best.get(reader, t), t)
+            print("round done", file=sys.stderr, flush=True)
+        for p in paths:  # the baseline once hot, to show what the eviction took away
+            with open(p, "rb") as f:
+                f.read()
+        best[base + " (hot)"] = min(uring() for _ in range(2))
+    finally:
+        os.unlink(listing)
+    print("cold: each reader after every file was dropped from the page cache (%s)" % method)
+    report(a, paths, total, best, base, name)
 
 
 class _NpyFiles:

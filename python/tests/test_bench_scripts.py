@@ -292,6 +292,24 @@ def test_many_files_bench_measures_every_reader(tmp_path):
         assert json.load(f)["files"] == 300
 
 
+URING_BASELINE = os.path.join(os.path.dirname(CLI), "..", "bench", "ferry_uring_files") if CLI else ""
+
+
+@pytest.mark.skipif(not CLI, reason="FERRY_CLI is not set (ctest sets it to the built CLI, beside the baseline)")
+def test_many_files_bench_cold_against_the_io_uring_baseline(tmp_path):
+    if not os.access(URING_BASELINE, os.X_OK):
+        pytest.skip("bench/ferry_uring_files is not built (the build found no liburing)")
+    r = run([os.path.join(BENCH, "many_files_bench.py"), "--dir", str(tmp_path), "--files", "200",
+             "--min-bytes", "1024", "--max-bytes", "8192", "--rounds", "1", "--cold", "--uring", URING_BASELINE])
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("io_uring baseline, depth 16", "ferry.load_many", "np.load 16 threads",
+                 "io_uring baseline, depth 16 (hot)"):
+        assert re.search(r"\| %s \| \d+\.\d+ \| \d+ \|" % re.escape(name), r.stdout), r.stdout
+    assert "cold: each reader" in r.stdout
+    bad = run([os.path.join(BENCH, "many_files_bench.py"), "--dir", str(tmp_path), "--files", "10", "--cold"])
+    assert bad.returncode != 0 and "--uring" in bad.stderr
+
+
 def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "dcp.json"
