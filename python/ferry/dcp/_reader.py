@@ -22,28 +22,23 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future
 
+from .. import _ferry
 from .._checkpoint import _collector_paused  # a load's per-item objects hold no cycle
 from ._checksums import Checker, check_mode, integrity_error, read_manifest
 from ._record import HEAD_BYTES, TAIL_BYTES, LayoutCache, checkpoint_error, tensor_of
-from ._reads import (DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name,
-                     read_pieces)
+from ._reads import DEFAULT_MEMORY_BUDGET, Files, ItemReader, Source, check_ranges, item_name
 
 
 class _Record:
-    """One record of a .distcp file: its edges, or all of it when it is small."""
+    """One record of a .distcp file: its edges, or all of it when it is small. ``head`` and
+    ``tail`` are set by ``FileSystemReader.records``: views of one buffer for a whole load."""
 
     def __init__(self, path: str, offset: int, length: int, whole: bool = False) -> None:
         self.path, self.offset, self.length = path, offset, length
         self.whole = whole or length <= HEAD_BYTES + TAIL_BYTES
-        self.head = np.empty(length if self.whole else HEAD_BYTES, np.uint8)
-        self.tail = np.empty(0 if self.whole else TAIL_BYTES, np.uint8)
-
-    def pieces(self) -> list:
-        out = [(self.path, self.offset, torch.from_numpy(self.head))]
-        if self.tail.size:
-            out.append((self.path, self.offset + self.length - self.tail.size,
-                        torch.from_numpy(self.tail)))
-        return out
+        self.head_bytes = length if self.whole else HEAD_BYTES
+        self.tail_bytes = 0 if self.whole else TAIL_BYTES
+        self.head = self.tail = np.empty(0, np.uint8)
 
 
 class FileSystemReader(_fs.FileSystemReader):
@@ -135,7 +130,8 @@ class FileSystemReader(_fs.FileSystemReader):
         return fut
 
     def records(self, items: list, files: Files) -> dict:
-        """The record of each item's storage index, its edges read (one batch, all files)."""
+        """The record of each item's storage index, its edges read (one batch, all files, into
+        one host buffer: a piece per edge, handed over as NumPy views)."""
         recs: dict = {}
         ranges = []
         for req in items:
@@ -147,7 +143,20 @@ class FileSystemReader(_fs.FileSystemReader):
                                     whole=req.type == LoadItemType.BYTE_IO)
                 ranges.append((path, info.offset, info.length, item_name(req)))
         check_ranges(ranges)
-        read_pieces(files, [p for r in recs.values() for p in r.pieces()])
+        buf = np.empty(sum(r.head_bytes + r.tail_bytes for r in recs.values()), np.uint8)
+        pieces, at = [], 0
+        for r in recs.values():
+            r.head = buf[at:at + r.head_bytes]
+            at += r.head_bytes
+            r.tail = buf[at:at + r.tail_bytes]
+            at += r.tail_bytes
+            f = files.get(r.path)
+            if r.head_bytes:
+                pieces.append((f, r.offset, r.head))
+            if r.tail_bytes:
+                pieces.append((f, r.offset + r.length - r.tail_bytes, r.tail))
+        if pieces:
+            _ferry.read_batch(pieces).result()
         return recs
 
     def _read_local(self, items: list, planner: LoadPlanner, files: Files) -> dict:
