@@ -26,6 +26,7 @@ std::string_view to_string(reason_code c) noexcept {
         case reason_code::registered: return "registered";
         case reason_code::no_ranges: return "no_ranges";
         case reason_code::io_uring_on: return "io_uring_on";
+        case reason_code::io_uring_not_faster: return "io_uring_not_faster";
         case reason_code::opened_write_only: return "opened_write_only";
         case reason_code::direct_io_unsupported_fs: return "direct_io_unsupported_fs";
         case reason_code::direct_io_open_failed: return "direct_io_open_failed";

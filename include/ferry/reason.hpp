@@ -36,6 +36,7 @@ enum class reason_code : std::uint16_t {
     registered,            ///< the file is registered (ferry::registered_file), or why not
     no_ranges,             ///< the server serves no byte ranges: one plain GET per read
     io_uring_on,           ///< FERRY_IO_URING=on: reads through io_uring, or why it cannot serve
+    io_uring_not_faster,   ///< FERRY_IO_URING=auto: io_uring could serve, but was measured no faster
 
     // Causes: why an alternative cannot serve this file, as its probe found.
     opened_write_only,          ///< the file is open for writing only

@@ -28,7 +28,7 @@ enum class direct_io_mode {
 
 /// io_uring policy for reads of local files (src/backend/io_uring/).
 enum class io_uring_mode {
-    auto_,  ///< io_uring only where it is known to be faster: for now nowhere (not yet measured)
+    auto_,  ///< io_uring only where measured faster: nowhere so far (the plan says so: io_uring_not_faster)
     on,     ///< every read of a local file through io_uring; an error, with the reason, if unusable
     off,    ///< never io_uring
 };

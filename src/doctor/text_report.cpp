@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "io/planner.hpp"
+
 namespace ferry::doctor {
 namespace {
 
@@ -243,6 +245,21 @@ void path_section(std::string& out, const json& p) {
     for (const auto& r : get(p, "reasons")) out += "    - " + str(r) + "\n";
 }
 
+/// The setting, whether io_uring can serve here (its alternative's probe) and what the setting
+/// makes of it.
+std::string io_uring_line(const std::string& mode, const json& alternatives) {
+    const json* alt = nullptr;
+    if (alternatives.is_array())
+        for (const auto& a : alternatives)
+            if (get(a, "kind") == "io_uring") alt = &a;
+    if (!alt) return mode + ": not offered by this build";
+    if (mode == "off") return "off: never taken (FERRY_IO_URING=off)";
+    if (get(*alt, "usable") != true) return mode + ": not usable here: " + str(get(*alt, "reason"));
+    if (mode == "on") return "on: reads of local files go through io_uring";
+    return mode + ": usable here, not taken: " + std::string(detail::io_uring_not_faster_text.substr(
+                                                      detail::io_uring_not_faster_text.find("FERRY_IO_URING=auto keeps")));
+}
+
 }  // namespace
 
 std::string render_text(const json& r) {
@@ -257,6 +274,7 @@ std::string render_text(const json& r) {
     line(out, "threads", str(get(s, "threads")));
     line(out, "staging", str(get(s, "staging_buffers")) + " x " + bytes(get(s, "staging_buffer_size")) + " per thread");
     line(out, "O_DIRECT", str(get(s, "direct_io")));
+    line(out, "io_uring", io_uring_line(str(get(s, "io_uring")), get(r, "alternatives")));
     if (get(s, "error").is_string()) line(out, "error", str(get(s, "error")));
     for (const auto& p : get(r, "paths")) path_section(out, p);
     if (get(get(r, "std_fds"), "disturbed") == true)

@@ -51,9 +51,11 @@ public:
         reader = want_direct    ? bypass->entry->kind
                  : want_batched ? batched->entry->kind
                                 : f.source_kind;
-        if (f.memory == memory_kind::host || f.memory == memory_kind::pinned) return host();
-        if (registered()) return p;
-        return device();
+        plan_result out = f.memory == memory_kind::host || f.memory == memory_kind::pinned ? host()
+                          : registered()                                                   ? p
+                                                                                           : device();
+        if (batched_not_faster) out.reasons.push_back(*batched_not_faster);
+        return out;
     }
 
 private:
@@ -93,12 +95,19 @@ private:
     }
 
     // Reads through batched submissions (io_uring): only when FERRY_IO_URING=on. `auto` does not
-    // take them yet: io_uring has not been measured faster than the thread pool's preads on the
-    // target machine (hot reads are a memory copy either way, and the pool already keeps one
-    // read in flight per worker), and until it is, `auto` keeps the measured route.
+    // take them: where measured (docs/benchmarks.md), io_uring read hot files no faster than the
+    // thread pool's preads (a memory copy either way, and the pool keeps a read in flight per
+    // worker), and many small files slower, hot and cold. Where it could serve, the plan says so
+    // last, so that a reader of the plan knows why it is not taken.
     void choose_batched() {
         batched = f.offered(alternative_role::batched_reads);
-        if (is_write || want_direct || !batched || f.io_uring != io_uring_mode::on) return;
+        if (is_write || want_direct || !batched) return;
+        if (f.io_uring == io_uring_mode::auto_) {
+            if (batched->usable && !batched->usable())
+                batched_not_faster = reason{reason_code::io_uring_not_faster, std::string(io_uring_not_faster_text)};
+            return;
+        }
+        if (f.io_uring != io_uring_mode::on) return;
         std::optional<unavailable_reason> no = batched->usable ? batched->usable() : std::nullopt;
         if (no) {
             p.refusal = unavailable_reason{"FERRY_IO_URING=on but io_uring cannot be used: " + no->text, 0};
@@ -238,6 +247,7 @@ private:
     const plan_facts::offer* batched = nullptr;
     bool want_direct = false;
     bool want_batched = false;
+    std::optional<reason> batched_not_faster;  ///< said last: io_uring could serve, auto keeps the pool
     std::string reader;
 };
 

@@ -38,6 +38,34 @@ TEST(CliDoctor, TextReportEndsWithVerdict) {
     EXPECT_NE(r.out.find("GPUDirect Storage:", pos), std::string::npos);
 }
 
+TEST(CliDoctor, IoUringLineSaysWhetherItIsTakenAndWhyNot) {
+    // The text report's io_uring line agrees with the JSON's alternative and the setting:
+    // auto says why it keeps the thread pool where io_uring could serve, or why it cannot.
+    auto j = json::parse(run_shell(cli + " doctor --json 2>/dev/null").out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded());
+    json uring;
+    for (const auto& a : j["alternatives"])
+        if (a["kind"] == "io_uring") uring = a;
+    ASSERT_TRUE(uring.is_object()) << j["alternatives"].dump();
+    auto line = [](const std::string& out) {
+        auto at = out.find("\n  io_uring ");
+        return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+    };
+    const std::string dflt = line(run_shell("env -u FERRY_IO_URING " + cli + " doctor 2>/dev/null").out);
+    ASSERT_FALSE(dflt.empty());
+    if (uring["usable"] == true) {
+        EXPECT_NE(dflt.find("auto: usable here, not taken: FERRY_IO_URING=auto keeps the thread pool"), std::string::npos)
+            << dflt;
+        EXPECT_NE(line(run_shell("FERRY_IO_URING=on " + cli + " doctor 2>/dev/null").out).find("on: reads of local files "
+                                                                                               "go through io_uring"),
+                  std::string::npos);
+    } else {
+        EXPECT_NE(dflt.find("auto: not usable here: " + uring["reason"].get<std::string>()), std::string::npos) << dflt;
+    }
+    EXPECT_NE(line(run_shell("FERRY_IO_URING=off " + cli + " doctor 2>/dev/null").out).find("off: never taken"),
+              std::string::npos);
+}
+
 TEST(CliDoctor, RequireGdsFailsWhenGdsIsNotUsed) {
     scratch_dir dir(testing::build_dir());
     ASSERT_TRUE(dir.ok());

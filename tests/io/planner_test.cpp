@@ -321,7 +321,7 @@ namespace {
 
 // FERRY_IO_URING: `on` reads through the batched alternative, or refuses with its cause;
 // `auto` and `off` never ask its probe (auto waits for a measurement that it is faster).
-TEST(planner, io_uring_is_taken_only_when_asked_for) {
+TEST(planner, io_uring_is_taken_only_when_asked_for_and_auto_says_why_not) {
     for (io_uring_mode mode : {io_uring_mode::auto_, io_uring_mode::off, io_uring_mode::on})
         for (bool usable : {true, false}) {
             SCOPED_TRACE(std::string(to_string(mode)) + (usable ? " usable" : " unusable"));
@@ -337,10 +337,27 @@ TEST(planner, io_uring_is_taken_only_when_asked_for) {
                                                                     .cause = reason_code::io_uring_not_permitted};
                                       }});
             plan_result r = plan_route(f);
-            if (mode != io_uring_mode::on) {
+            if (mode == io_uring_mode::off) {
                 EXPECT_EQ(asked, 0);
                 EXPECT_EQ(r.chosen.source, "posix");
                 EXPECT_FALSE(r.refusal);
+                ASSERT_EQ(r.reasons.size(), 1u);
+                continue;
+            }
+            if (mode == io_uring_mode::auto_) {
+                // auto keeps the pool; where io_uring could serve, the plan says why not, last.
+                EXPECT_EQ(asked, 1);
+                EXPECT_EQ(r.chosen.source, "posix");
+                EXPECT_FALSE(r.refusal);
+                EXPECT_EQ(r.reasons[0].code, reason_code::host_memory);
+                if (usable) {
+                    ASSERT_EQ(r.reasons.size(), 2u);
+                    EXPECT_EQ(r.reasons[1].code, reason_code::io_uring_not_faster);
+                    EXPECT_NE(r.reasons[1].text.find("FERRY_IO_URING=on takes it"), std::string::npos);
+                    EXPECT_FALSE(r.reasons[1].fallback);
+                } else {
+                    EXPECT_EQ(r.reasons.size(), 1u);
+                }
                 continue;
             }
             ASSERT_EQ(r.reasons.size(), 2u);
