@@ -169,8 +169,6 @@ def run_cold(a, paths, total):
         many = lambda: ferry.load_many(paths, device="cuda")  # noqa: E731
         name = "load_many cupy"
         cupy.zeros(1)
-    pool = concurrent.futures.ThreadPoolExecutor(a.depth)
-
     def timed(fn):
         def run():
             t0 = time.perf_counter()
@@ -185,6 +183,7 @@ def run_cold(a, paths, total):
     base = "io_uring baseline, depth %d" % a.depth
     readers = {base: uring, name: timed(many)}
     if a.device == "cpu":
+        pool = concurrent.futures.ThreadPoolExecutor(a.depth)
         readers["np.load %d threads" % a.depth] = timed(lambda: list(pool.map(np.load, paths)))
     best = {}
     method = ""

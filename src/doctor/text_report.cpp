@@ -256,8 +256,7 @@ std::string io_uring_line(const std::string& mode, const json& alternatives) {
     if (mode == "off") return "off: never taken (FERRY_IO_URING=off)";
     if (get(*alt, "usable") != true) return mode + ": not usable here: " + str(get(*alt, "reason"));
     if (mode == "on") return "on: reads of local files go through io_uring";
-    return mode + ": usable here, not taken: " + std::string(detail::io_uring_not_faster_text.substr(
-                                                      detail::io_uring_not_faster_text.find("FERRY_IO_URING=auto keeps")));
+    return mode + ": usable here, not taken: " + std::string(detail::io_uring_not_faster_text);
 }
 
 }  // namespace

@@ -97,14 +97,15 @@ private:
     // Reads through batched submissions (io_uring): only when FERRY_IO_URING=on. `auto` does not
     // take them: where measured (docs/benchmarks.md), io_uring read hot files no faster than the
     // thread pool's preads (a memory copy either way, and the pool keeps a read in flight per
-    // worker), and many small files slower, hot and cold. Where it could serve, the plan says so
-    // last, so that a reader of the plan knows why it is not taken.
+    // worker), and many small cold files slower. Where it could serve, the plan says so last, so
+    // that a reader of the plan knows why it is not taken.
     void choose_batched() {
         batched = f.offered(alternative_role::batched_reads);
         if (is_write || want_direct || !batched) return;
         if (f.io_uring == io_uring_mode::auto_) {
             if (batched->usable && !batched->usable())
-                batched_not_faster = reason{reason_code::io_uring_not_faster, std::string(io_uring_not_faster_text)};
+                batched_not_faster = reason{reason_code::io_uring_not_faster,
+                                            "io_uring could serve, but " + std::string(io_uring_not_faster_text)};
             return;
         }
         if (f.io_uring != io_uring_mode::on) return;

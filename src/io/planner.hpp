@@ -25,12 +25,12 @@ namespace ferry::detail {
 using ferry::reason_code;
 using ferry::to_string;
 
-/// Why FERRY_IO_URING=auto does not take io_uring where it could serve (the plan's last reason,
-/// io_uring_not_faster, and the doctor's io_uring line).
+/// Why FERRY_IO_URING=auto does not take io_uring where it could serve: the end of the plan's
+/// last reason (io_uring_not_faster) and of the doctor's io_uring line.
 inline constexpr std::string_view io_uring_not_faster_text =
-    "io_uring could serve, but FERRY_IO_URING=auto keeps the thread pool's preads: where measured "
-    "(docs/benchmarks.md), io_uring read hot files no faster than the pool, and one ring reading many small "
-    "cold files at the pool's depth was slower; FERRY_IO_URING=on takes it";
+    "FERRY_IO_URING=auto keeps the thread pool's preads: where measured (docs/benchmarks.md), io_uring read "
+    "hot files no faster than the pool, and one ring reading many small cold files at the pool's depth was "
+    "slower; FERRY_IO_URING=on takes it";
 
 struct reason {
     reason_code code;
