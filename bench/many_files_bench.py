@@ -264,6 +264,11 @@ def run_gpu(a, paths, total):
                     raise SystemExit("%s returned another array" % name)
             del got
             best[name] = min(best.get(name, t), t)
+            if name.startswith("load_many"):  # where the call's time went
+                from ferry import _many_device
+                print("%s %.3f s: %s" % (name, t, "  ".join(
+                    "%s %s" % (k, ("%.3f" % v) if isinstance(v, float) else v)
+                    for k, v in _many_device.last_call.items())), file=sys.stderr, flush=True)
         print("round done", file=sys.stderr, flush=True)
     report(a, paths, total, best, "DataLoader", "ferry.load loop")
 

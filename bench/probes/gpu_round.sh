@@ -15,6 +15,8 @@ for r in ${ROUND:-files moe many_files}; do
     files) timeout 200 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 ;;
     moe) timeout 200 python3 bench/probes/moe_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 ;;
     many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
+    # 100,000 files, one round: each reader's first call, as a training job's first epoch meets them.
+    many100k) timeout 420 python3 bench/many_files_bench.py --dir $TMPDIR/mf100k --files 100000 --rounds 1 --device cuda | tail -9 ;;
     many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
   esac 2>&1 | tee "$out/$r.txt"
 done

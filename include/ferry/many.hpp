@@ -102,7 +102,10 @@ struct FERRY_EXPORT whole_files_options {
     std::function<array(std::uint64_t bytes)> allocate;
     /// Called on the reading thread, one call at a time, once block `b` holds every file the
     /// thread placed in it (`files`: their indices, failed ones left out), before the thread reads more.
-    std::function<void(std::size_t b, const std::vector<std::size_t>& files)> on_block;
+    /// `all` is the call's list of files (whole_files::files): the entries of `files` are complete
+    /// (parsed, their arrays described) and may be read; others may still be filling on other threads.
+    std::function<void(std::size_t b, const std::vector<std::size_t>& files, const std::vector<whole_file>& all)>
+        on_block;
     bool stop_at_failure = true;            ///< no new file is started once one failed
 };
 

@@ -4,10 +4,15 @@ The files are read as for host memory (_ferry.read_whole_files: whole files by t
 threads into blocks of a few MiB, headers parsed there), but the blocks are pinned memory from
 the target library, and as soon as a block is complete it is copied to the GPU with one
 asynchronous copy; the arrays handed out are views of that device block, with the shape, dtype
-and offset the header gave. Reads of later blocks overlap the copies of earlier ones, and a
-call makes one device allocation and one copy per block, not per file. Arrays that are not
+and offset the header gave, made as each block's copy is queued (the block's files come with
+it), so that making them overlaps the reads of later blocks as the copies do. A call makes one
+device allocation and one copy per block, not per file. Arrays that are not
 C-ordered and native-endian (a Fortran-ordered or big-endian .npy) are made so on the GPU, all
 of them in one call (_ferry.native_c_on_device), as ferry.load would for each.
+
+Pinned blocks are reused within a call: each one goes back to a ring with an event recorded
+after its copy, and a later block takes the oldest one whose copy is done (_PinnedRing). A call
+of 14 GB of small files so pins what is in flight at once, not 14 GB.
 
 What goes through ferry.load file by file: element types the target library lacks, arrays not
 aligned to their items in the block, and libraries other than CuPy and PyTorch.
@@ -15,9 +20,10 @@ aligned to their items in the block, and libraries other than CuPy and PyTorch.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,20 +36,62 @@ def _device_index(dev: str) -> int:
     return int(dev.split(":", 1)[1]) if ":" in dev else 0
 
 
+class _PinnedRing:
+    """Pinned blocks reused within one call. ``take(n)`` gives n bytes of pinned memory (a view of
+    a block of whole steps of 4 MiB, at least n); ``give_back(raw)`` returns a block taken
+    before, once its asynchronous copy is queued, with an event recorded after the copy. The
+    copies run in order on one stream, so the blocks come back done in the order they were
+    given back: ``take`` looks only at the oldest. A block stays out of use until its copy is
+    done; one too small for a request is let go (its library's pinned pool keeps it)."""
+
+    step = 4 << 20
+
+    def __init__(self, alloc: Callable[[int], np.ndarray], record: Callable[[], Any],
+                 done: Callable[[Any], bool]):
+        self.alloc, self.record, self.done = alloc, record, done
+        self.lock = threading.Lock()
+        self.free: collections.deque = collections.deque()  # (block, event), oldest first
+        self.made = 0
+        self.reused = 0
+
+    def take(self, n: int) -> np.ndarray:
+        with self.lock:
+            while self.free and self.done(self.free[0][1]):
+                block, _ = self.free.popleft()
+                if block.nbytes >= n:
+                    self.reused += 1
+                    return block[:n]
+            self.made += 1
+        return self.alloc(-(-max(n, 1) // self.step) * self.step)[:n]
+
+    def give_back(self, raw: np.ndarray) -> None:
+        block = raw.base if isinstance(raw.base, np.ndarray) else raw
+        event = self.record()
+        with self.lock:
+            self.free.append((block, event))
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+
+
 class _Cupy:
     """Pinned blocks, device blocks and views through CuPy (its memory pools)."""
 
     def __init__(self, cupy: Any, index: int):
         self.cp, self.index = cupy, index
         self.streams: list[Any] = []
-        self.lock = threading.Lock()
-        self.blocks: list[Any] = []  # pinned blocks, alive until the copies from them are done
+        self.ring = _PinnedRing(self._alloc, self._record, lambda e: e.done)
 
-    def pinned(self, n: int) -> np.ndarray:
-        mem = self.cp.cuda.alloc_pinned_memory(n)
-        with self.lock:
-            self.blocks.append(mem)
-        return np.frombuffer(mem, np.uint8, n)
+    def _alloc(self, n: int) -> np.ndarray:
+        # The array keeps the pinned memory alive: it stays in use while a copy may read it.
+        return np.frombuffer(self.cp.cuda.alloc_pinned_memory(n), np.uint8, n)
+
+    def _record(self) -> Any:
+        with self.cp.cuda.Device(self.index):
+            event = self.cp.cuda.Event(block=False, disable_timing=True)
+            event.record(self.stream())
+        return event
 
     def stream(self) -> Any:
         # One stream for the call's copies: they are queued one block at a time (under the GIL,
@@ -63,10 +111,10 @@ class _Cupy:
         return dt.kind in "biufc" and dt.fields is None
 
     def view(self, mem: Any, offset: int, shape: tuple, dt: np.dtype) -> Any:
-        with self.cp.cuda.Device(self.index):
-            if 0 in shape:
+        if 0 in shape:
+            with self.cp.cuda.Device(self.index):
                 return self.cp.empty(shape, dt)
-            return self.cp.ndarray(shape, dt, memptr=mem + offset)
+        return self.cp.ndarray(shape, dt, memptr=mem + offset)  # on mem's device
 
     def as_bytes(self, mem: Any, n: int) -> Any:
         return self.cp.ndarray((n,), self.cp.uint8, memptr=mem)
@@ -74,7 +122,7 @@ class _Cupy:
     def finish(self) -> None:
         for s in self.streams:
             s.synchronize()
-        self.blocks.clear()
+        self.ring.clear()
 
 
 class _Torch:
@@ -83,15 +131,17 @@ class _Torch:
     def __init__(self, torch: Any, index: int):
         self.torch, self.device = torch, torch.device("cuda", index)
         self.streams: list[Any] = []
-        self.lock = threading.Lock()
-        self.blocks: list[Any] = []  # pinned host tensors, alive until the copies are done
         self.dtypes: dict = {}
+        self.ring = _PinnedRing(self._alloc, self._record, lambda e: e.query())
 
-    def pinned(self, n: int) -> np.ndarray:
-        t = self.torch.empty(n, dtype=self.torch.uint8, pin_memory=True)
-        with self.lock:
-            self.blocks.append(t)
-        return t.numpy()
+    def _alloc(self, n: int) -> np.ndarray:
+        # The array keeps the pinned host tensor alive (numpy's base), as for CuPy.
+        return self.torch.empty(n, dtype=self.torch.uint8, pin_memory=True).numpy()
+
+    def _record(self) -> Any:
+        event = self.torch.cuda.Event()
+        event.record(self.stream())
+        return event
 
     def stream(self) -> Any:
         if not self.streams:  # one stream for the call's copies, as for CuPy
@@ -130,7 +180,7 @@ class _Torch:
     def finish(self) -> None:
         for s in self.streams:
             s.synchronize()
-        self.blocks.clear()
+        self.ring.clear()
 
 
 last_call: dict = {}
@@ -150,56 +200,71 @@ class _Loader:
         from ._convert import library_converter, numpy_dtype
 
         backend = self.backend
-        host: list = []  # pinned blocks in block order
+        ring = backend.ring
+        made, reused = ring.made, ring.reused
+        host: list = []  # pinned blocks in block order, until their copy is queued
+        sizes: list = []  # each block's bytes
         device: dict = {}
-
-        def allocate(n: int) -> np.ndarray:
-            raw = backend.pinned(n)
-            host.append(raw)
-            return raw
-
-        def on_block(b: int, _files: list) -> None:
-            device[b] = backend.upload(host[b])
-
-        t0 = time.perf_counter()
-        try:
-            places, later = _ferry.read_whole_files(names, raw_dtype, shape, workers, stop_at_failure,
-                                                    allocate=allocate, on_block=on_block)
-            t1 = time.perf_counter()
-        finally:
-            backend.finish()
-        t2 = time.perf_counter()
         dtypes: dict = {}
-        results: list = [None] * len(places)
+        results: list = [None] * len(names)
+        unplaced: list = []  # files left for ferry.load: a dtype the library lacks, misaligned
         fix: list = []  # (file, name, item): arrays made native and C-ordered on the device
         blocks: dict = {}
-        later = list(later)
-        for i, place in enumerate(places):
-            if place is None:
-                continue
-            b, arrays, is_dict = place
-            mem = device.get(b)
+        view_seconds = [0.0]
+
+        def allocate(n: int) -> np.ndarray:
+            raw = ring.take(n)
+            host.append(raw)
+            sizes.append(n)
+            return raw
+
+        def place(i: int, b: int, arrays: list, is_dict: bool) -> None:
+            mem = device[b]
             out = {}
-            ok = mem is not None
-            for name, dname, order, fortran, dims, offset, nbytes in arrays if ok else ():
+            mine = []
+            for name, dname, order, fortran, dims, offset, nbytes in arrays:
                 dt = dtypes.get(dname)
                 if dt is None:
                     dt = dtypes[dname] = numpy_dtype(dname, "<")
                 if dt is None or offset % dt.itemsize or not backend.supports(dt):
-                    ok = False
-                    break
+                    unplaced.append(i)
+                    return
                 if order == ">" or fortran:
                     out[name] = None
-                    fix.append((i, name, (blocks.setdefault(b, len(blocks)), dname, order, fortran, dims, offset)))
+                    mine.append((i, name, (blocks.setdefault(b, len(blocks)), dname, order, fortran, dims, offset)))
                 else:
                     out[name] = backend.view(mem, offset, dims, dt)
-            if not ok:
-                later.append(i)
-                continue
+            fix.extend(mine)
             results[i] = out if is_dict else out[""]
+
+        def on_block(b: int, placed: list) -> None:
+            # The copy first, then the views of its files, made while other threads read on.
+            raw, host[b] = host[b], None
+            device[b] = backend.upload(raw)
+            ring.give_back(raw)
+            v0 = time.perf_counter()
+            for i, p in placed:
+                if p is not None:
+                    place(i, b, p[1], p[2])
+            view_seconds[0] += time.perf_counter() - v0
+
+        t0 = time.perf_counter()
+        try:
+            _, later = _ferry.read_whole_files(names, raw_dtype, shape, workers, stop_at_failure,
+                                               allocate=allocate, on_block=on_block)
+            t1 = time.perf_counter()
+        finally:
+            backend.finish()
+        t2 = time.perf_counter()
+        # A file whose block failed after some of its views were made (its copy, a view) is
+        # in `later` with its error: nothing of it is handed out.
+        gone = set(later)
+        for i in gone:
+            results[i] = None
+        fix = [f for f in fix if f[0] not in gone]
         if fix:
             order_of = sorted(blocks, key=blocks.get)
-            fixed = _ferry.native_c_on_device([backend.as_bytes(device[b], host[b].nbytes) for b in order_of],
+            fixed = _ferry.native_c_on_device([backend.as_bytes(device[b], sizes[b]) for b in order_of],
                                               [item for _, _, item in fix])
             convert = library_converter(self.lib or "cupy", self.dev)
             for (i, name, _), a in zip(fix, fixed):
@@ -207,10 +272,13 @@ class _Loader:
                     results[i][name] = convert(a)
                 else:
                     results[i] = convert(a)
+        for i in unplaced:
+            results[i] = None
         # Where the last call's time went, for bench/probes/files_probe.py.
-        last_call.update(read=t1 - t0, copies_waited=t2 - t1, views=time.perf_counter() - t2,
-                         blocks=len(host), fixed=len(fix))
-        return results, sorted(later)
+        last_call.update(read=t1 - t0, views_while_reading=view_seconds[0], copies_waited=t2 - t1,
+                         fixed_after=time.perf_counter() - t2, blocks=len(sizes), fixed=len(fix),
+                         pinned_blocks=ring.made - made, reused_blocks=ring.reused - reused)
+        return results, sorted(gone | set(unplaced))
 
 
 def device_loader(dev: str, lib: str | None) -> Any:

@@ -96,26 +96,33 @@ nb::tuple host_views(const whole_files& got, const nb::object& dtype_of) {
     return nb::make_tuple(results, later);
 }
 
-/// Where the arrays of every file read lie, for a GPU load: per file None (a file for
-/// ferry.load, listed in `later`) or (block, [(name, dtype, byte order '<' or '>', fortran,
-/// shape, offset, nbytes), ...], is_dict).
-nb::tuple places(const whole_files& got) {
+bool placeable(const whole_file& f) {
+    return !f.error && !f.needs_load && (!f.arrays.empty() || f.format == file_format::safetensors);
+}
+
+/// Where the arrays of a file read lie, for a GPU load: None (a file for ferry.load) or
+/// (block, [(name, dtype, byte order '<' or '>', fortran, shape, offset, nbytes), ...], is_dict).
+nb::object place_of(const whole_file& f) {
+    if (!placeable(f)) return nb::none();
+    nb::list arrays;
+    for (const auto& a : f.arrays) {
+        const bool big = size_of(a.type.type) > 1 && a.type.order == byte_order::big;
+        arrays.append(nb::make_tuple(nb::str(a.name.data(), a.name.size()), std::string(to_string(a.type.type)),
+                                     big ? ">" : "<", is_fortran(a), shape_tuple(a.shape), a.offset, a.nbytes));
+    }
+    return nb::make_tuple(f.block, arrays, f.format == file_format::safetensors);
+}
+
+/// Per file of the list, its place_of (None for a file listed in `later`, which ferry.load
+/// reads again or raises for). With `handed`, the places already went to on_block as each
+/// block was complete, and the files that can be placed are None here and not in `later`.
+nb::tuple places(const whole_files& got, bool handed) {
     nb::list results;
     std::vector<std::size_t> later;
     for (std::size_t i = 0; i < got.files.size(); ++i) {
         const whole_file& f = got.files[i];
-        if (f.error || f.needs_load || (f.arrays.empty() && f.format != file_format::safetensors)) {
-            results.append(nb::none());
-            later.push_back(i);
-            continue;
-        }
-        nb::list arrays;
-        for (const auto& a : f.arrays) {
-            const bool big = size_of(a.type.type) > 1 && a.type.order == byte_order::big;
-            arrays.append(nb::make_tuple(nb::str(a.name.data(), a.name.size()), std::string(to_string(a.type.type)),
-                                         big ? ">" : "<", is_fortran(a), shape_tuple(a.shape), a.offset, a.nbytes));
-        }
-        results.append(nb::make_tuple(f.block, arrays, f.format == file_format::safetensors));
+        if (!placeable(f)) later.push_back(i);
+        results.append(handed ? nb::none() : place_of(f));
     }
     return nb::make_tuple(results, later);
 }
@@ -136,13 +143,18 @@ nb::tuple read_files(const std::vector<std::string>& paths, std::optional<std::s
         };
     }
     if (!on_block.is_none()) {
-        o.on_block = [&on_block](std::size_t b, const std::vector<std::size_t>& files) {
+        // Each file's place goes with its block, so that the caller makes the views while
+        // later blocks are read.
+        o.on_block = [&on_block](std::size_t b, const std::vector<std::size_t>& files,
+                                 const std::vector<whole_file>& all) {
             nb::gil_scoped_acquire gil;
-            on_block(b, files);
+            nb::list placed;
+            for (std::size_t i : files) placed.append(nb::make_tuple(i, place_of(all[i])));
+            on_block(b, placed);
         };
     }
     whole_files got = interruptible([&] { return read_whole_files(paths, o); });
-    return dtype_of.is_none() ? places(got) : host_views(got, dtype_of);
+    return dtype_of.is_none() ? places(got, !on_block.is_none()) : host_views(got, dtype_of);
 }
 
 /// The arrays a GPU library cannot view as they lie, made native and C-ordered on the device
@@ -183,7 +195,9 @@ void bind_many(nb::module_& m) {
           "the blocks; without it, where each file's arrays lie (block, [(name, dtype, order, fortran,\n"
           "shape, offset, nbytes)], is_dict). `later` lists the files left None: failed, needing\n"
           "ferry.load, or of a dtype numpy lacks. `allocate(nbytes)` gives each block's memory\n"
-          "(pinned, for a GPU load) and `on_block(b, files)` is called once block b is complete.");
+          "(pinned, for a GPU load) and `on_block(b, [(file, place), ...])` is called once block b\n"
+          "is complete, with the place of each of its files (None: a file for ferry.load); with\n"
+          "on_block the results hold None for them, their places having gone there.");
     m.def("native_c_on_device", &native_c, "blocks"_a, "items"_a,
           "Arrays of the GPU `blocks` at (block, dtype, order, fortran, shape, offset), made native\n"
           "and C-ordered on the device in one batch (ferry::to_native_c_many).");

@@ -349,3 +349,125 @@ def test_a_sidecar_is_checked(tmp_path):
     raw.write_bytes(bytes(data))
     with pytest.raises(ferry.IntegrityError, match=r"paths\[1\]"):
         ferry.load_many([good, raw], dtype=np.float32)
+
+
+def test_pinned_ring_reuses_only_blocks_whose_copy_is_done():
+    """The ring of pinned blocks behind a GPU load_many, with plain memory and events the test
+    sets: a block comes back only once its event is done, oldest first, whole steps of 4 MiB
+    are allocated, and one too small for a request is let go rather than handed out short."""
+    from ferry._many_device import _PinnedRing
+
+    made = []
+    events = []
+
+    def alloc(n):
+        made.append(n)
+        return np.zeros(n, np.uint8)
+
+    def record():
+        events.append({"done": False})
+        return events[-1]
+
+    ring = _PinnedRing(alloc, record, lambda e: e["done"])
+    a = ring.take(100)
+    assert a.nbytes == 100 and made == [4 << 20]
+    ring.give_back(a)
+    b = ring.take(200)  # a's copy is not done: a new block
+    assert len(made) == 2 and not np.shares_memory(a, b)
+    events[0]["done"] = True
+    c = ring.take(300)  # a's block, done now
+    assert len(made) == 2 and np.shares_memory(a, c) and c.nbytes == 300
+    assert ring.made == 2 and ring.reused == 1
+    ring.give_back(b)
+    ring.give_back(c)
+    events[1]["done"] = events[2]["done"] = True
+    big = ring.take((4 << 20) + 1)  # both blocks are too small: let go, a block of two steps made
+    assert made[-1] == 8 << 20 and big.nbytes == (4 << 20) + 1 and not ring.free
+    ring.give_back(big)
+    ring.clear()
+    assert not ring.free
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_device_pinned_blocks_are_reused_without_corrupting(gpu, tmp_path, monkeypatch, lib):
+    """A GPU load_many of more blocks than it keeps pinned: with one reading thread each block
+    is read after earlier copies were done, so their pinned blocks are taken again, and every
+    byte of every array still equals the file's."""
+    mod = _gpu_lib(lib)
+    from ferry import _many, _many_device
+
+    monkeypatch.setattr(_many, "_WORKERS", 1)
+    paths, want = [], []
+    for i in range(96):  # 96 files of 512 KiB: 16 blocks of 3 MiB
+        a = np.random.default_rng(i).integers(0, 1 << 31, 128 << 10, dtype=np.int32)
+        p = tmp_path / ("r%02d.npy" % i)
+        np.save(p, a)
+        paths.append(str(p))
+        want.append(a)
+    like = mod.empty(0, device="cuda") if lib == "torch" else None
+    got = ferry.load_many(paths, device="cuda", like=like)
+    info = dict(_many_device.last_call)
+    assert info["blocks"] >= 12
+    assert info["reused_blocks"] > 0, info
+    assert info["pinned_blocks"] + info["reused_blocks"] == info["blocks"]
+    for g, w in zip(got, want):
+        assert isinstance(g, mod.ndarray if lib == "cupy" else mod.Tensor)
+        np.testing.assert_array_equal(_to_host(g), w)
+
+
+class _HostStandIn:
+    """The GPU load_many's per-library part (_many_device's _Cupy, _Torch) with host memory in
+    place of the GPU's: 'uploads' are copies, events are done at once. The reading, the ring,
+    the views made per block as it completes and the files left for ferry.load are the real
+    code's; only the copies' destination differs."""
+
+    def __init__(self):
+        from ferry._many_device import _PinnedRing
+
+        self.ring = _PinnedRing(lambda n: np.zeros(n, np.uint8), lambda: None, lambda e: True)
+        self.uploads = 0
+
+    def upload(self, raw):
+        self.uploads += 1
+        return raw.copy()
+
+    def supports(self, dt):
+        return dt.fields is None
+
+    def view(self, mem, offset, shape, dt):
+        return np.ndarray(shape, dt, buffer=mem, offset=offset)
+
+    def finish(self):
+        self.ring.clear()
+
+
+def test_device_loader_places_views_as_blocks_complete(tmp_path):
+    """The GPU loader's logic on the CPU machine, through a stand-in for the GPU library: every
+    file's array is a view of its block's copy, made when the block completed; blocks are
+    reused from the ring; a structured dtype is left for ferry.load and a missing file comes
+    back in `later` with nothing handed out for it."""
+    from ferry import _many_device
+
+    paths, want = [], []
+    for i in range(64):
+        a = np.random.default_rng(i).standard_normal(20000 + 37 * i).astype(["<f4", "<f8", "<i2"][i % 3])
+        p = tmp_path / ("v%02d.npy" % i)
+        np.save(p, a)
+        paths.append(str(p))
+        want.append(a)
+    np.save(tmp_path / "s.npy", np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")]))
+    paths.append(str(tmp_path / "s.npy"))
+    paths.append(str(tmp_path / "missing.npy"))
+    stand_in = _HostStandIn()
+    loader = _many_device._Loader(stand_in, "cupy", "cuda:0")
+    got, later = loader.read(paths, None, None, 1, False)
+    assert later == [64, 65]
+    assert got[64] is None and got[65] is None
+    info = dict(_many_device.last_call)
+    # One copy a block that holds a file to hand out (the structured file's block holds none).
+    assert 4 <= stand_in.uploads <= info["blocks"]
+    assert info["reused_blocks"] > 0 and info["pinned_blocks"] + info["reused_blocks"] == info["blocks"]
+    for g, w in zip(got[:64], want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+        assert not g.flags.owndata  # a view of its block's copy

@@ -200,7 +200,7 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
         if (!placed.empty() && st.o.on_block) {
             try {
                 std::lock_guard lock(st.callback_lock);
-                st.o.on_block(block, placed);
+                st.o.on_block(block, placed, files);
             } catch (...) {
                 for (std::size_t k : placed) {
                     files[k].arrays.clear();

@@ -144,12 +144,18 @@ TEST(read_whole_files, arrays_lie_in_shared_blocks_as_their_headers_say) {
     o.threads = 3;
     o.block_bytes = 1024;  // a few files a block
     std::vector<std::size_t> handed;
-    o.on_block = [&](std::size_t, const std::vector<std::size_t>& files) { handed.insert(handed.end(), files.begin(), files.end()); };
+    std::size_t described = 0;  // files whose arrays were already described when their block was handed over
+    o.on_block = [&](std::size_t b, const std::vector<std::size_t>& files, const std::vector<whole_file>& all) {
+        handed.insert(handed.end(), files.begin(), files.end());
+        for (std::size_t i : files)
+            if (all[i].block == b && !all[i].arrays.empty() && !all[i].error) ++described;
+    };
     whole_files got = read_whole_files(paths, o);
     ASSERT_EQ(got.files.size(), paths.size());
     EXPECT_GT(got.blocks.size(), 3u);
     EXPECT_LT(got.blocks.size(), paths.size());
     EXPECT_EQ(handed.size(), paths.size());  // each file once, in the block that holds it
+    EXPECT_EQ(described, paths.size());
     for (std::size_t i = 0; i < 50; ++i) {
         const whole_file& f = got.files[i];
         ASSERT_FALSE(f.error) << i;
@@ -223,7 +229,7 @@ TEST(read_whole_files, a_block_handed_over_in_vain_fails_its_files_not_the_call)
     o.threads = 4;
     o.block_bytes = 1024;
     o.stop_at_failure = false;
-    o.on_block = [](std::size_t b, const std::vector<std::size_t>&) {
+    o.on_block = [](std::size_t b, const std::vector<std::size_t>&, const std::vector<whole_file>&) {
         if (b % 2) throw usage_error("no memory for the copy");
     };
     whole_files got = read_whole_files(paths, o);
