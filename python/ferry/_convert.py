@@ -297,49 +297,39 @@ def torch_view_dtype(name: str) -> Any:
 
 def torch_bulk(device: str) -> Callable[[Any, Sequence], dict]:
     """The `bulk` form of _ferry.load_checkpoint for PyTorch: a function (block, entries) ->
-    {name: tensor} that makes the tensors as views of one torch tensor over the block. Each run
-    of tensors of one dtype and shape that follow one another in the block (an MoE model's
-    scales, the experts' matrices) is one narrow, view and unbind: torch makes the run's views
-    in one call, where a DLPack import per tensor cost several microseconds each. A tensor
-    given as an Array (a dtype torch lacks, a place not aligned to its items) is imported
-    alone."""
+    {name: tensor} that makes the tensors as views of one torch tensor over the block. Each
+    entry is a run of tensors of one dtype and shape that follow one another in the block (an
+    MoE model's scales, the experts' matrices), made by one narrow, view and unbind: torch makes
+    the run's views in one call, where a DLPack import per tensor cost several microseconds each.
+    A tensor given as an Array (a dtype torch lacks, a place not aligned to its items) is
+    imported alone. The dict keeps the entries' order (the load's, by name)."""
     import torch
     from torch.utils.dlpack import from_dlpack
 
     convert = library_converter("torch", device)
     on_gpu = is_gpu(device)
+    where = device if on_gpu else "cpu"
 
     def run(block: Any, entries: Sequence) -> dict:
         base = None
         if block is not None:
             base = from_dlpack(block.__dlpack__()) if on_gpu else torch.from_numpy(block._host_bytes())
-        values: list = [None] * len(entries)
-        placed = []
-        for i, e in enumerate(entries):
+        out: dict = {}
+        for e in entries:
             if len(e) == 2:
-                values[i] = convert(e[1])
-            elif e[3] < 0:
-                values[i] = torch.empty(e[2], dtype=torch_view_dtype(e[1]), device=device if on_gpu else "cpu")
+                out[e[0]] = convert(e[1])
+                continue
+            names, dname, shape, off, nb = e
+            dt = torch_view_dtype(dname)
+            if off < 0:
+                for name in names:
+                    out[name] = torch.empty(shape, dtype=dt, device=where)
+            elif len(names) == 1:
+                out[names[0]] = base.narrow(0, off, nb).view(dt).view(shape)
             else:
-                placed.append(i)
-        placed.sort(key=lambda i: entries[i][3])
-        k = 0
-        while k < len(placed):
-            _, dname, shape, off, nb = entries[placed[k]]
-            j = k + 1
-            while j < len(placed):
-                e = entries[placed[j]]
-                if e[1] != dname or e[2] != shape or e[3] != off + (j - k) * nb:
-                    break
-                j += 1
-            piece = base.narrow(0, off, (j - k) * nb).view(torch_view_dtype(dname))
-            if j - k == 1:
-                values[placed[k]] = piece.view(shape)
-            else:
-                for i, t in zip(placed[k:j], piece.view((j - k,) + tuple(shape)).unbind(0)):
-                    values[i] = t
-            k = j
-        return dict(zip((e[0] for e in entries), values))
+                k = len(names)
+                out.update(zip(names, base.narrow(0, off, k * nb).view(dt).view((k,) + tuple(shape)).unbind(0)))
+        return out
 
     return run
 

@@ -165,10 +165,13 @@ nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& 
 }
 
 // A load's fresh tensors as places in their one block, for a caller that wraps them in bulk
-// (PyTorch's views of one block, runs of tensors of one shape made by one unbind): `block` a
-// uint8 Array over the tensors' bytes, and per tensor (name, dtype, shape, offset, nbytes)
-// where views(dtype) gives not None and the tensor's place is aligned to its items, else
-// (name, Array).
+// (PyTorch's views of one block): `block` a uint8 Array over the tensors' bytes, and entries in
+// the tensors' order. A run of neighbours of one dtype and shape lying one after the other in
+// the block (an MoE model's scales, its experts' matrices) is one entry ((name, ...), dtype,
+// shape, offset of the first, nbytes of each), made into views by one unbind; a tensor
+// views(dtype) gives None for, or whose place is not aligned to its items, is (name, Array);
+// an empty tensor is ((name,), dtype, shape, -1, 0). So the per-tensor work left is a name
+// and the view itself: 50,000 scales took 1.1 us each in a Python loop over one entry apiece.
 void view_entries(const std::vector<named_array>& tensors, const nb::object& views, nb::object& block,
                   nb::list& entries) {
     const unsigned char* lo = nullptr;
@@ -187,21 +190,39 @@ void view_entries(const std::vector<named_array>& tensors, const nb::object& vie
         block = nb::cast(array(owner, const_cast<unsigned char*>(lo), dtype::uint8,
                                {static_cast<std::int64_t>(hi - lo)}, where));
     std::map<dtype, std::pair<bool, nb::str>> kinds;
-    for (const auto& t : tensors) {
-        auto it = kinds.find(t.value.type());
+    auto viewable = [&](const array& v) -> const std::pair<bool, nb::str>& {
+        auto it = kinds.find(v.type());
         if (it == kinds.end()) {
-            nb::str name(std::string(to_string(t.value.type())).c_str());
-            it = kinds.emplace(t.value.type(), std::make_pair(!views(name).is_none(), name)).first;
+            nb::str name(std::string(to_string(v.type())).c_str());
+            it = kinds.emplace(v.type(), std::make_pair(!views(name).is_none(), name)).first;
         }
-        const auto* p = static_cast<const unsigned char*>(t.value.data());
-        const bool aligned = t.value.nbytes() == 0 || (p - lo) % static_cast<std::ptrdiff_t>(size_of(t.value.type())) == 0;
-        if (!it->second.first || !aligned) {
-            entries.append(nb::make_tuple(t.name, nb::cast(t.value)));
+        return it->second;
+    };
+    const std::size_t n = tensors.size();
+    for (std::size_t i = 0; i < n;) {
+        const array& v = tensors[i].value;
+        const auto& kind = viewable(v);
+        const auto* p = static_cast<const unsigned char*>(v.data());
+        const std::uint64_t nbytes = v.nbytes();
+        const bool aligned = nbytes == 0 || (p - lo) % static_cast<std::ptrdiff_t>(size_of(v.type())) == 0;
+        if (!kind.first || !aligned) {
+            entries.append(nb::make_tuple(tensors[i].name, nb::cast(v)));
+            ++i;
             continue;
         }
-        nb::object dims = shape_tuple(t.value.shape());
-        const std::int64_t offset = t.value.nbytes() == 0 ? -1 : p - lo;
-        entries.append(nb::make_tuple(t.name, it->second.second, dims, offset, t.value.nbytes()));
+        std::size_t j = i + 1;
+        if (nbytes != 0)
+            while (j < n && tensors[j].value.type() == v.type() && tensors[j].value.shape() == v.shape() &&
+                   static_cast<const unsigned char*>(tensors[j].value.data()) == p + (j - i) * nbytes)
+                ++j;
+        nb::tuple names = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(j - i)));
+        for (std::size_t k = i; k < j; ++k) {
+            nb::str name(tensors[k].name.data(), tensors[k].name.size());
+            PyTuple_SET_ITEM(names.ptr(), static_cast<Py_ssize_t>(k - i), name.release().ptr());
+        }
+        const std::int64_t offset = nbytes == 0 ? -1 : p - lo;
+        entries.append(nb::make_tuple(names, kind.second, shape_tuple(v.shape()), offset, nbytes));
+        i = j;
     }
 }
 

@@ -540,6 +540,30 @@ def test_torch_tensors_are_views_made_in_runs(tmp_path):
     assert keep.tolist() == sd["layers.6.w"].tolist()
 
 
+def test_torch_runs_come_from_the_library_as_one_entry_each(tmp_path):
+    """The library hands a run of neighbouring same-dtype, same-shape tensors to the bulk
+    wrapper as one entry of names (one unbind in torch), in the load's name order; the scales
+    of layers 7 to 39 lie one after the other in one shard and come as few entries."""
+    from ferry import _ferry
+    from ferry._convert import torch_bulk, torch_view_dtype
+
+    sd = _torch_views_checkpoint(str(tmp_path / "ck"))
+    seen = []
+    wrap = torch_bulk("cpu")
+
+    def bulk(block, entries):
+        seen.extend(entries)
+        return wrap(block, entries)
+
+    got, _ = _ferry.load_checkpoint([str(tmp_path / "ck")], "cpu", "all", [], [], None, [], False, False, "auto",
+                                    None, views=torch_view_dtype, bulk=bulk)
+    names = [n for e in seen for n in (e[0] if isinstance(e[0], tuple) else (e[0],))]
+    assert names == sorted(sd) == list(got)
+    runs = [len(e[0]) for e in seen if isinstance(e[0], tuple)]
+    assert max(runs) >= 10 and len(seen) < len(sd) // 2, runs
+    _check_torch_views(got, sd, "cpu")
+
+
 def test_torch_tensors_on_the_gpu_are_views_made_in_runs(tmp_path, gpu):
     sd = _torch_views_checkpoint(str(tmp_path / "ck"))
     got = ferry.load_checkpoint(str(tmp_path / "ck"), device="cuda", like="torch")
