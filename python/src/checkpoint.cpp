@@ -218,7 +218,9 @@ void view_entries(const std::vector<named_array>& tensors, const nb::object& vie
         nb::tuple names = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(j - i)));
         for (std::size_t k = i; k < j; ++k) {
             nb::str name(tensors[k].name.data(), tensors[k].name.size());
-            PyTuple_SET_ITEM(names.ptr(), static_cast<Py_ssize_t>(k - i), name.release().ptr());
+            // PyTuple_SetItem (the limited API's) takes the reference, also where it fails.
+            if (PyTuple_SetItem(names.ptr(), static_cast<Py_ssize_t>(k - i), name.release().ptr()) != 0)
+                throw nb::python_error();
         }
         const std::int64_t offset = nbytes == 0 ? -1 : p - lo;
         entries.append(nb::make_tuple(names, kind.second, shape_tuple(v.shape()), offset, nbytes));
