@@ -20,7 +20,7 @@ wheels=(nvidia-cuda-nvcc-cu12==12.4.131 nvidia-cuda-runtime-cu12==12.4.127
         nvidia-cuda-cccl-cu12==12.4.127.post1)
 static_runtime=nvidia-cuda-runtime-cu12==12.9.79
 
-works() { "$1" --version 2>/dev/null | grep -q "release 12\."; }
+works() { [[ $("$1" --version 2>/dev/null) == *"release 12."* ]]; }
 if [ -n "${CUDA12_NVCC:-}" ]; then
   works "$CUDA12_NVCC" || { echo "cuda12: CUDA12_NVCC=$CUDA12_NVCC is not a CUDA 12 nvcc" >&2; exit 1; }
   echo "$CUDA12_NVCC"; exit 0

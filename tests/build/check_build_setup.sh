@@ -8,6 +8,8 @@
 #  - without CUDAARCHS or CMAKE_CUDA_ARCHITECTURES the GPU code is built for sm_80 and sm_90,
 #    with compute_90 PTX (the project's default, not nvcc's).
 # Usage: check_build_setup.sh SOURCE_DIR
+# (Lists are searched through here-strings: with pipefail, `echo "$list" | grep -q` fails at
+# random where grep stops reading before echo has written everything, and echo gets SIGPIPE.)
 set -euo pipefail
 src=$(cd "$1" && pwd)
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/ferry-build-setup.XXXXXX")
@@ -48,9 +50,9 @@ if grep -q '^FERRY_UNITY_BUILD:BOOL=ON' "$scratch/CMakeCache.txt"; then
   [ -z "$alone" ] || bad "with FERRY_UNITY_BUILD these compile one by one:
 $alone"
   for group in array checkpoint core cuda distributed doctor formats io; do
-    echo "$compiles" | grep -q "/unity_${group}_cxx\.cxx$" || bad "no unity unit for the library's $group sources"
+    grep -q "/unity_${group}_cxx\.cxx$" <<<"$compiles" || bad "no unity unit for the library's $group sources"
   done
-  echo "$compiles" | grep -qE '/ferry_cli\.dir/Unity/unity_[0-9]+_cxx\.cxx$' || bad "no unity unit for tools/ferry"
+  grep -qE '/ferry_cli\.dir/Unity/unity_[0-9]+_cxx\.cxx$' <<<"$compiles" || bad "no unity unit for tools/ferry"
 else
   bad "FERRY_UNITY_BUILD is not ON by default"
 fi
@@ -61,7 +63,7 @@ if [ -z "$kernels" ]; then
   bad "no nvcc step for src/cuda/*.cu"
 else
   for code in 'code=\[sm_80\]' 'code=\[sm_90\]' 'code=\[compute_90\]'; do
-    echo "$kernels" | grep -qE -- "arch=compute_[0-9]+,$code" || bad "the kernels are not built with ${code//\\/}: $(echo "$kernels" | grep -oE -- '--generate-code=[^ ]+' | tr '\n' ' ')"
+    grep -qE -- "arch=compute_[0-9]+,$code" <<<"$kernels" || bad "the kernels are not built with ${code//\\/}: $(echo "$kernels" | grep -oE -- '--generate-code=[^ ]+' | tr '\n' ' ')"
   done
 fi
 
