@@ -1,6 +1,8 @@
-// Executing a checkpoint plan. All reads that land in place (whole tensors and dim-0 slices,
-// host row segments) are submitted first as one batch over every shard, coalesced where both
-// the file ranges and the destinations touch. Tensors that need a temporary (span + gather,
+// Executing a checkpoint plan. A load of every tensor whole, as stored, reads each shard's
+// tensors as one range, submitted before the plan is even made (whole_shards). Otherwise all
+// reads that land in place (whole tensors and dim-0 slices, host row segments) are submitted
+// first as one batch over every shard, coalesced where both the file ranges and the
+// destinations touch. Tensors that need a temporary (span + gather,
 // GPU row segments, dtype conversion, and small whole tensors bound for a caller's scattered
 // host buffers, read together where they adjoin in the file) then flow through two slots of
 // temporaries held under the process-wide budget: the reads of one slot overlap the gather and
