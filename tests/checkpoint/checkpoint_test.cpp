@@ -22,6 +22,7 @@
 #include "ferry/error.hpp"
 #include "ferry/safetensors.hpp"
 #include "ferry/stats.hpp"
+#include "ferry/stop.hpp"
 #include "os/fault_hook.hpp"
 #include "test_util.hpp"
 
@@ -630,6 +631,26 @@ TEST(Checkpoint, AWholeLoadReadsEachShardAsOneRange) {
         } else {  // the two tensors on each side of it, each pair one read
             EXPECT_EQ(h.stats.requests, 2u);
             EXPECT_EQ(h.stats.bytes_read, four);
+        }
+    }
+}
+
+// A stop asked of the caller's thread reaches a whole load's reads, which a thread of the load
+// submits, as it reaches the per-tensor reads: the load ends with the interrupt, not the tensors.
+TEST(Checkpoint, AStopRequestEndsAWholeLoadAsAnInterrupt) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    for (const bool whole : {true, false}) {
+        checkpoint_load_options o;
+        if (!whole) o.select = {tensor_selection::kind::glob, {"*"}};
+        stop_source stop;
+        stop.request_stop();
+        stop_scope scope(stop);
+        try {
+            load_checkpoint(c, o);
+            ADD_FAILURE() << "the load ended without the interrupt (whole: " << whole << ")";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find("interrupted"), std::string::npos) << e.what();
         }
     }
 }
