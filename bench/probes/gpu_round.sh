@@ -7,8 +7,8 @@ out=${OUT:-$PWD/gpu-round-out}; mkdir -p "$out"
 export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
 INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 grep "build:" "$out/build.txt"
-export PYTHONPATH=$PWD/build-gpu/python
-build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | tail -4
+export PYTHONPATH=$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}
+build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"
 timeout 200 python3 -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} 2>&1 | tail -6
 for r in ${ROUND:-files moe many_files}; do
   case $r in
