@@ -568,9 +568,10 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     direct_batches direct;
     std::vector<range_batch> direct_inflight;
     double first_read = 0;
-    // A whole load's reads are submitted by a thread of their own: submitting costs the
-    // submitter milliseconds a shard (its route asked, the lanes fed; 50 ms for 8 shards of
-    // 560 MB on an H100), which this thread spends on the plan and the caller's wrapping instead.
+    // A whole load's reads are submitted by a thread of their own: a large request holds its
+    // submitter until most of its chunks are queued on the lanes (48 ms for a shard of 4.3 GB on
+    // an H100, bench/probes/submit_probe.py), time this thread spends on the plan and the
+    // caller's wrapping instead.
     // Declared after what the reads use, so that leaving early waits for the submitter first.
     std::future<std::vector<range_batch>> submitting;
     if (whole.usable) {
@@ -581,8 +582,10 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
             std::vector<range_batch> inflight;
             inflight.reserve(requests.size());
             for (const auto& b : requests) {
+                // Issued now: a large request's submit returns only once most of its chunks are
+                // queued, its first bytes long under way (48 ms for 4.3 GB on an H100).
+                if (inflight.empty()) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
                 inflight.push_back(reader.submit(b));
-                if (inflight.size() == 1) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
             }
             return inflight;
         };
