@@ -50,8 +50,7 @@ def load(**kw):
     return {k: s[k] for k in ("seconds", "wrap_seconds", "open_seconds", "first_read_seconds")}, r
 
 
-every = [n for n in ferry.info_checkpoint(folder)["tensors"]]
-every = [t["name"] for t in every]
+every = [t["name"] for t in ferry.info_checkpoint(folder)["tensors"]]
 
 
 def bare():

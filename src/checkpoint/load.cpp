@@ -164,7 +164,6 @@ struct direct_batches {
     std::vector<std::vector<gather_request>> requests;
     std::vector<std::vector<std::size_t>> tensors;
     std::vector<std::uint64_t> bytes;
-    std::vector<std::size_t> shard;  ///< whole_shards' batches: the shard each reads
 };
 
 template <typename DstOf>
@@ -225,8 +224,8 @@ direct_batches batch_direct_reads(const std::vector<tensor_plan>& plans, const s
 /// landing as one range of the block, which the shards' headers alone decide. So those reads
 /// start before the plan is made and the tensors are wrapped, instead of after (on an H100 the
 /// plan of 50,000 tensors took 25 ms, a quarter of the reads it held back). `usable` is false
-/// for any other load, or where a shard's tensors leave gaps in the file worth more than
-/// `slack` of its bytes (read whole, the gaps would be read for nothing).
+/// for any other load, or where a shard's tensors leave gaps in the file above slack_bytes and
+/// 1/64 of its bytes (read whole, the gaps would be read for nothing).
 struct whole_shards {
     struct region {
         std::uint64_t lo = 0, hi = 0;  ///< file range of the shard's tensors
@@ -273,7 +272,8 @@ struct whole_shards {
         return at;
     }
 
-    /// One batch per shard: its range, into its place in `block`.
+    /// One batch per shard with bytes to read: its range, into its place in `block` (the tensors
+    /// and bytes each serves are filled in by serve(), once there is a plan).
     direct_batches batches(unsigned char* block) const {
         direct_batches out;
         for (std::size_t s = 0; s < regions.size(); ++s) {
@@ -281,22 +281,20 @@ struct whole_shards {
             if (r.hi == r.lo) continue;
             out.requests.push_back({{s, r.lo, 1, r.hi - r.lo, r.hi - r.lo, block + r.at, false}});
             out.tensors.emplace_back();
-            out.bytes.push_back(r.hi - r.lo);
-            out.shard.push_back(s);
+            out.bytes.push_back(0);
         }
         return out;
     }
 
     /// The tensors each batch of batches() serves, in plan order, and their bytes.
     void serve(direct_batches& b, const std::vector<geometry>& geo) const {
-        std::vector<std::size_t> batch_of(regions.size(), SIZE_MAX);
-        for (std::size_t k = 0; k < b.shard.size(); ++k) batch_of[b.shard[k]] = k;
-        std::fill(b.bytes.begin(), b.bytes.end(), 0);  // progress counts the tensors' bytes, not the gaps
+        std::vector<std::size_t> batch_of(regions.size(), SIZE_MAX);  // a batch reads one shard
+        for (std::size_t k = 0; k < b.requests.size(); ++k) batch_of[b.requests[k].front().file] = k;
         for (std::size_t i = 0; i < geo.size(); ++i) {
             if (geo[i].seg_bytes == 0) continue;
             const std::size_t k = batch_of[geo[i].file];
             b.tensors[k].push_back(i);
-            b.bytes[k] += geo[i].seg_bytes;
+            b.bytes[k] += geo[i].seg_bytes;  // progress counts the tensors' bytes, not the gaps
         }
     }
 
