@@ -356,9 +356,10 @@ def load_checkpoint(src: Any, *, device: Any = None, like: Any = None, tensors: 
                                                    False, route, cb, block_allocator(lib, dev),
                                                    host_to_numpy if views is not None and bulk is None else
                                                    convert if early and views is None else None,
-                                                   import_ahead(lib, dev), views, bulk, verify=verify)
+                                                   import_ahead(lib, dev), views, bulk, verify=verify,
+                                                   result=CheckpointTensors)
             if views is not None:
-                out = CheckpointTensors(arrays)
+                out = arrays  # made by the library as CheckpointTensors, by name
             else:
                 out = CheckpointTensors(arrays if early else ((name, convert(a)) for name, a in arrays))
         out.stats = stats

@@ -295,14 +295,15 @@ def torch_view_dtype(name: str) -> Any:
     return None if torch is None or t is None else getattr(torch, t, None)
 
 
-def torch_bulk(device: str) -> Callable[[Any, Sequence], dict]:
+def torch_bulk(device: str) -> Callable[[Any, Sequence], list]:
     """The `bulk` form of _ferry.load_checkpoint for PyTorch: a function (block, entries) ->
-    {name: tensor} that makes the tensors as views of one torch tensor over the block. Each
-    entry is a run of tensors of one dtype and shape that follow one another in the block (an
-    MoE model's scales, the experts' matrices), made by one narrow, view and unbind: torch makes
-    the run's views in one call, where a DLPack import per tensor cost several microseconds each.
-    A tensor given as an Array (a dtype torch lacks, a place not aligned to its items) is
-    imported alone. The dict keeps the entries' order (the load's, by name)."""
+    [tensor or run of tensors, one per entry] that makes the tensors as views of one torch tensor
+    over the block. Each entry (dtype, shape, offset, nbytes, count) is a run of `count` tensors
+    of one dtype and shape that follow one another in the block (an MoE model's scales, the
+    experts' matrices), made by one narrow, view and unbind: torch makes the run's views in one
+    call, where a DLPack import per tensor cost several microseconds each; the library puts
+    them in the result by name. A tensor given as (Array,) (a dtype torch lacks, a place not
+    aligned to its items) is imported alone."""
     import torch
     from torch.utils.dlpack import from_dlpack
 
@@ -310,25 +311,23 @@ def torch_bulk(device: str) -> Callable[[Any, Sequence], dict]:
     on_gpu = is_gpu(device)
     where = device if on_gpu else "cpu"
 
-    def run(block: Any, entries: Sequence) -> dict:
+    def run(block: Any, entries: Sequence) -> list:
         base = None
         if block is not None:
             base = from_dlpack(block.__dlpack__()) if on_gpu else torch.from_numpy(block._host_bytes())
-        out: dict = {}
+        out: list = []
         for e in entries:
-            if len(e) == 2:
-                out[e[0]] = convert(e[1])
+            if len(e) == 1:
+                out.append(convert(e[0]))
                 continue
-            names, dname, shape, off, nb = e
+            dname, shape, off, nb, k = e
             dt = torch_view_dtype(dname)
             if off < 0:
-                for name in names:
-                    out[name] = torch.empty(shape, dtype=dt, device=where)
-            elif len(names) == 1:
-                out[names[0]] = base.narrow(0, off, nb).view(dt).view(shape)
+                out.append(torch.empty(shape, dtype=dt, device=where))
+            elif k == 1:
+                out.append(base.narrow(0, off, nb).view(dt).view(shape))
             else:
-                k = len(names)
-                out.update(zip(names, base.narrow(0, off, k * nb).view(dt).view((k,) + tuple(shape)).unbind(0)))
+                out.append(base.narrow(0, off, k * nb).view(dt).view((k,) + tuple(shape)).unbind(0))
         return out
 
     return run

@@ -86,64 +86,71 @@ nb::dict plan_entry(const tensor_plan& tp) {
     return d;
 }
 
-// A host load's fresh tensors as numpy arrays over their one block, in a dict by name, made
+// A load's fresh tensors as the library hands them to places_while_reading: each planned
+// tensor's name, dtype, shape and first byte, in the plan's order, and the block they share.
+struct fresh_tensors {
+    const checkpoint_plan& plan;
+    const std::vector<unsigned char*>& at;
+    const array& block;
+
+    std::size_t size() const { return at.size(); }
+    const tensor_plan& operator[](std::size_t i) const { return plan.tensors[i]; }
+    std::uint64_t nbytes(std::size_t i) const { return element_count(plan.tensors[i].shape) * size_of(plan.tensors[i].type); }
+    std::int64_t offset(std::size_t i) const { return at[i] - static_cast<const unsigned char*>(block.data()); }
+    bool any_bytes() const {
+        for (std::size_t i = 0; i < size(); ++i)
+            if (nbytes(i) != 0) return true;
+        return false;
+    }
+    /// An Array of tensor i (for a tensor the caller's library cannot view).
+    array value(std::size_t i) const {
+        return array(block.owner(), at[i], plan.tensors[i].type, plan.tensors[i].shape, block.where(), storage_order::c,
+                     byte_order::little);
+    }
+};
+
+// A host load's fresh tensors as numpy arrays over their one block, in `out` by name, made
 // here in one loop: per tensor one ndarray(shape, dtype, buffer, offset) call and one dict
 // entry. Through a tuple per tensor and a loop in Python they cost 2 us a tensor on the CPU
 // machine, Array objects and a conversion call each about 9. `numpy_dtype(name)` gives the
 // numpy dtype of a ferry dtype once per type, None where numpy has none: those tensors go to
 // `convert` as Arrays.
-nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& numpy_dtype,
-                     const nb::object& convert) {
-    const unsigned char* lo = nullptr;
-    const unsigned char* hi = nullptr;
-    std::shared_ptr<const void> owner;
-    for (const auto& t : tensors) {
-        if (t.value.nbytes() == 0) continue;
-        const auto* p = static_cast<const unsigned char*>(t.value.data());
-        if (!lo || p < lo) lo = p;
-        if (!hi || p + t.value.nbytes() > hi) hi = p + t.value.nbytes();
-        owner = t.value.owner();
-    }
-    nb::object buffer = nb::none();
-    if (lo)
-        buffer = nb::cast(array(owner, const_cast<unsigned char*>(lo), dtype::uint8,
-                                {static_cast<std::int64_t>(hi - lo)}, placement::host()))
-                     .attr("_host_bytes")();
+void numpy_views(const fresh_tensors& f, const nb::object& numpy_dtype, const nb::object& convert, nb::object& out) {
+    nb::object buffer = f.any_bytes() ? nb::cast(f.block).attr("_host_bytes")() : nb::none();
     nb::module_ np = nb::module_::import_("numpy");
     nb::object ndarray = np.attr("ndarray");
     nb::object empty = np.attr("empty");
     std::map<dtype, nb::object> kinds;
-    std::vector<nb::object> values(tensors.size());
+    std::vector<nb::object> values(f.size());
     std::vector<std::size_t> placed;  // tensors viewed over the buffer, in block order below
-    placed.reserve(tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const auto& t = tensors[i];
-        auto it = kinds.find(t.value.type());
+    placed.reserve(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) {
+        const tensor_plan& t = f[i];
+        auto it = kinds.find(t.type);
         if (it == kinds.end())
-            it = kinds.emplace(t.value.type(), numpy_dtype(nb::str(std::string(to_string(t.value.type())).c_str()))).first;
-        if (it->second.is_none()) values[i] = convert(nb::cast(t.value));
-        else if (t.value.nbytes() == 0) values[i] = empty(shape_tuple(t.value.shape()), it->second);
+            it = kinds.emplace(t.type, numpy_dtype(nb::str(std::string(to_string(t.type)).c_str()))).first;
+        if (it->second.is_none()) values[i] = convert(nb::cast(f.value(i)));
+        else if (f.nbytes(i) == 0) values[i] = empty(shape_tuple(t.shape), it->second);
         else placed.push_back(i);
     }
-    auto at = [&](std::size_t i) { return static_cast<const unsigned char*>(tensors[i].value.data()); };
-    auto in_block = [&](std::size_t x, std::size_t y) { return at(x) < at(y); };
+    auto in_block = [&](std::size_t x, std::size_t y) { return f.at[x] < f.at[y]; };
     if (!std::is_sorted(placed.begin(), placed.end(), in_block)) std::sort(placed.begin(), placed.end(), in_block);
     // A run of tensors of one dtype and shape (of one dimension or more) that follow one
     // another is one ndarray of one more dimension, whose rows numpy hands out as views at C
     // speed: 0.15 us a tensor, against 0.7 for an ndarray call each.
     for (std::size_t k = 0; k < placed.size();) {
-        const array& first = tensors[placed[k]].value;
+        const tensor_plan& first = f[placed[k]];
+        const std::uint64_t each = f.nbytes(placed[k]);
         std::size_t j = k + 1;
-        if (!first.shape().empty())
-            while (j < placed.size() && tensors[placed[j]].value.type() == first.type() &&
-                   tensors[placed[j]].value.shape() == first.shape() &&
-                   at(placed[j]) == at(placed[k]) + (j - k) * first.nbytes())
+        if (!first.shape.empty())
+            while (j < placed.size() && f[placed[j]].type == first.type && f[placed[j]].shape == first.shape &&
+                   f.at[placed[j]] == f.at[placed[k]] + (j - k) * each)
                 ++j;
-        std::vector<std::int64_t> shape = first.shape();
+        std::vector<std::int64_t> shape = first.shape;
         if (j - k > 1) shape.insert(shape.begin(), static_cast<std::int64_t>(j - k));
         nb::object dims = shape_tuple(shape);
-        nb::object offset = nb::steal(PyLong_FromSsize_t(at(placed[k]) - lo));
-        PyObject* args[] = {dims.ptr(), kinds[first.type()].ptr(), buffer.ptr(), offset.ptr()};
+        nb::object offset = nb::steal(PyLong_FromSsize_t(f.offset(placed[k])));
+        PyObject* args[] = {dims.ptr(), kinds[first.type].ptr(), buffer.ptr(), offset.ptr()};
         nb::object a = nb::steal(PyObject_Vectorcall(ndarray.ptr(), args, 4, nullptr));
         if (!a.is_valid()) throw nb::python_error();
         if (j - k == 1) {
@@ -156,75 +163,80 @@ nb::dict numpy_views(const std::vector<named_array>& tensors, const nb::object& 
         }
         k = j;
     }
-    nb::dict out;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        nb::str name(tensors[i].name.data(), tensors[i].name.size());
+    for (std::size_t i = 0; i < f.size(); ++i) {
+        nb::str name(f[i].name.data(), f[i].name.size());
         if (PyDict_SetItem(out.ptr(), name.ptr(), values[i].ptr()) != 0) throw nb::python_error();
     }
-    return out;
 }
 
-// A load's fresh tensors as places in their one block, for a caller that wraps them in bulk
-// (PyTorch's views of one block): `block` a uint8 Array over the tensors' bytes, and entries in
-// the tensors' order. A run of neighbours of one dtype and shape lying one after the other in
-// the block (an MoE model's scales, its experts' matrices) is one entry ((name, ...), dtype,
-// shape, offset of the first, nbytes of each), made into views by one unbind; a tensor
-// views(dtype) gives None for, or whose place is not aligned to its items, is (name, Array);
-// an empty tensor is ((name,), dtype, shape, -1, 0). So the per-tensor work left is a name
-// and the view itself: 50,000 scales took 1.1 us each in a Python loop over one entry apiece.
-void view_entries(const std::vector<named_array>& tensors, const nb::object& views, nb::object& block,
-                  nb::list& entries) {
-    const unsigned char* lo = nullptr;
-    const unsigned char* hi = nullptr;
-    std::shared_ptr<const void> owner;
-    placement where = placement::host();
-    for (const auto& t : tensors) {
-        if (t.value.nbytes() == 0) continue;
-        const auto* p = static_cast<const unsigned char*>(t.value.data());
-        if (!lo || p < lo) lo = p;
-        if (!hi || p + t.value.nbytes() > hi) hi = p + t.value.nbytes();
-        owner = t.value.owner();
-        where = t.value.where();
-    }
-    if (lo)
-        block = nb::cast(array(owner, const_cast<unsigned char*>(lo), dtype::uint8,
-                               {static_cast<std::int64_t>(hi - lo)}, where));
+// A load's fresh tensors wrapped in bulk by the caller (PyTorch's views of one block), into
+// `out` by name. bulk(block, entries) gets `block`, a uint8 Array over the load's block (None
+// when no tensor holds a byte), and one entry per run of neighbours of one dtype and shape lying
+// one after the other in the block (an MoE model's scales, its experts' matrices): (dtype,
+// shape, offset of the first, nbytes of each, count), which it makes into views by one unbind;
+// an empty tensor is (dtype, shape, -1, 0, 1); a tensor views(dtype) gives None for, or whose
+// place is not aligned to its items, is (Array,). It returns one item per entry: the sequence
+// of a run's `count` tensors, or the tensor itself where count is 1. The names go into `out`
+// here, in the plan's order, so the per-tensor work in Python is the view alone: 50,000 scales
+// took 1.1 us each in a Python loop over one entry apiece.
+void bulk_views(const fresh_tensors& f, const nb::object& views, const nb::object& bulk, nb::object& out) {
+    nb::object block = f.any_bytes() ? nb::cast(f.block) : nb::none();
     std::map<dtype, std::pair<bool, nb::str>> kinds;
-    auto viewable = [&](const array& v) -> const std::pair<bool, nb::str>& {
-        auto it = kinds.find(v.type());
+    auto viewable = [&](dtype type) -> const std::pair<bool, nb::str>& {
+        auto it = kinds.find(type);
         if (it == kinds.end()) {
-            nb::str name(std::string(to_string(v.type())).c_str());
-            it = kinds.emplace(v.type(), std::make_pair(!views(name).is_none(), name)).first;
+            nb::str name(std::string(to_string(type)).c_str());
+            it = kinds.emplace(type, std::make_pair(!views(name).is_none(), name)).first;
         }
         return it->second;
     };
-    const std::size_t n = tensors.size();
+    nb::list entries;
+    std::vector<std::size_t> counts;  // tensors per entry
+    const std::size_t n = f.size();
     for (std::size_t i = 0; i < n;) {
-        const array& v = tensors[i].value;
-        const auto& kind = viewable(v);
-        const auto* p = static_cast<const unsigned char*>(v.data());
-        const std::uint64_t nbytes = v.nbytes();
-        const bool aligned = nbytes == 0 || (p - lo) % static_cast<std::ptrdiff_t>(size_of(v.type())) == 0;
+        const tensor_plan& v = f[i];
+        const auto& kind = viewable(v.type);
+        const std::uint64_t nbytes = f.nbytes(i);
+        const bool aligned = nbytes == 0 || f.offset(i) % static_cast<std::int64_t>(size_of(v.type)) == 0;
         if (!kind.first || !aligned) {
-            entries.append(nb::make_tuple(tensors[i].name, nb::cast(v)));
+            entries.append(nb::make_tuple(nb::cast(f.value(i))));
+            counts.push_back(1);
             ++i;
             continue;
         }
         std::size_t j = i + 1;
         if (nbytes != 0)
-            while (j < n && tensors[j].value.type() == v.type() && tensors[j].value.shape() == v.shape() &&
-                   static_cast<const unsigned char*>(tensors[j].value.data()) == p + (j - i) * nbytes)
-                ++j;
-        nb::tuple names = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(j - i)));
-        for (std::size_t k = i; k < j; ++k) {
-            nb::str name(tensors[k].name.data(), tensors[k].name.size());
-            // PyTuple_SetItem (the limited API's) takes the reference, also where it fails.
-            if (PyTuple_SetItem(names.ptr(), static_cast<Py_ssize_t>(k - i), name.release().ptr()) != 0)
-                throw nb::python_error();
-        }
-        const std::int64_t offset = nbytes == 0 ? -1 : p - lo;
-        entries.append(nb::make_tuple(names, kind.second, shape_tuple(v.shape()), offset, nbytes));
+            while (j < n && f[j].type == v.type && f[j].shape == v.shape && f.at[j] == f.at[i] + (j - i) * nbytes) ++j;
+        const std::int64_t offset = nbytes == 0 ? -1 : f.offset(i);
+        entries.append(nb::make_tuple(kind.second, shape_tuple(v.shape), offset, nbytes, j - i));
+        counts.push_back(j - i);
         i = j;
+    }
+    // The limited API's calls (the abi3 wheel): borrowed items of a list and of tuples.
+    nb::object made = bulk(block, entries);
+    if (!PyList_Check(made.ptr()) || PyList_Size(made.ptr()) != static_cast<Py_ssize_t>(counts.size()))
+        throw nb::type_error("load_checkpoint: bulk must return a list with one item per entry");
+    auto put = [&](std::size_t t, PyObject* value) {
+        nb::str name(f[t].name.data(), f[t].name.size());
+        if (PyDict_SetItem(out.ptr(), name.ptr(), value) != 0) throw nb::python_error();
+    };
+    std::size_t t = 0;
+    for (std::size_t e = 0; e < counts.size(); ++e) {
+        PyObject* item = PyList_GetItem(made.ptr(), static_cast<Py_ssize_t>(e));
+        if (!item) throw nb::python_error();
+        if (counts[e] == 1) {
+            put(t++, item);
+            continue;
+        }
+        nb::object run = nb::steal(PySequence_Tuple(item));  // unbind's tuple itself
+        if (!run.is_valid()) throw nb::python_error();
+        if (PyTuple_Size(run.ptr()) != static_cast<Py_ssize_t>(counts[e]))
+            throw nb::type_error("load_checkpoint: bulk gave a run of the wrong length");
+        for (std::size_t k = 0; k < counts[e]; ++k) {
+            PyObject* value = PyTuple_GetItem(run.ptr(), static_cast<Py_ssize_t>(k));
+            if (!value) throw nb::python_error();
+            put(t++, value);
+        }
     }
 }
 
@@ -233,7 +245,7 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
                std::optional<std::string> as, const std::vector<std::pair<std::string, const array*>>& into,
                bool only_into, bool strict, const std::string& route, nb::object progress, nb::object allocate,
                nb::object convert, nb::object prepare, nb::object views, nb::object bulk,
-               const std::string& verify) {
+               const std::string& verify, nb::object result) {
     checkpoint_load_options o;
     o.where = parse_placement(device);
     o.verify = parse_verify_mode(verify);
@@ -292,25 +304,32 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     // made while the reads run: they need only the tensors' places. They are handed out only
     // after the load returned, so nothing reads the bytes before they are complete.
     nb::list arrays;
-    nb::dict viewed;
+    nb::object viewed;
     double wrap_seconds = 0;
-    o.while_reading = [&](const std::vector<named_array>& tensors, const checkpoint_plan&) {
-        nb::gil_scoped_acquire gil;
-        auto t0 = std::chrono::steady_clock::now();
-        if (!views.is_none() && !bulk.is_none()) {
-            nb::object block = nb::none();
-            nb::list entries;
-            view_entries(tensors, views, block, entries);
-            viewed = nb::cast<nb::dict>(bulk(block, entries));
-        } else if (!views.is_none()) {
-            viewed = numpy_views(tensors, views, convert);
-        } else
+    if (!views.is_none()) {
+        // The result made from the tensors' places, without an Array per tensor.
+        if (!into.empty() || only_into) throw usage_error("load_checkpoint: views come with fresh tensors only");
+        o.places_while_reading = [&](const checkpoint_plan& plan, const std::vector<unsigned char*>& at,
+                                     const array& block) {
+            nb::gil_scoped_acquire gil;
+            auto t0 = std::chrono::steady_clock::now();
+            viewed = result.is_none() ? nb::dict() : result();
+            const fresh_tensors f{plan, at, block};
+            if (!bulk.is_none()) bulk_views(f, views, bulk, viewed);
+            else numpy_views(f, views, convert, viewed);
+            wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        };
+    } else {
+        o.while_reading = [&](const std::vector<named_array>& tensors, const checkpoint_plan&) {
+            nb::gil_scoped_acquire gil;
+            auto t0 = std::chrono::steady_clock::now();
             for (const auto& t : tensors) {
                 nb::object a = nb::cast(t.value);
                 arrays.append(nb::make_tuple(t.name, convert.is_none() ? a : convert(a)));
             }
-        wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
+            wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        };
+    }
     checkpoint c;
     double open_seconds = 0;
     {
@@ -377,7 +396,7 @@ void bind_checkpoint(nb::module_& m) {
           "dtype"_a = nb::none(), "into"_a = std::vector<std::pair<std::string, const array*>>{},
           "only_into"_a = false, "strict"_a = false, "route"_a = "auto", "progress"_a = nb::none(),
           "allocate"_a = nb::none(), "convert"_a = nb::none(), "prepare"_a = nb::none(), "views"_a = nb::none(),
-          "bulk"_a = nb::none(), "verify"_a = "auto",
+          "bulk"_a = nb::none(), "verify"_a = "auto", "result"_a = nb::none(),
           "Loads a checkpoint in one plan. Returns ([(name, Array)], stats). `allocate(n)`, when\n"
           "given, returns the uint8 array of at least n bytes the fresh tensors share. `convert(a)`,\n"
           "when given, wraps each Array while the reads run (it must not read the bytes); the list\n"
@@ -387,10 +406,13 @@ void bind_checkpoint(nb::module_& m) {
           "the dict maps each name to a numpy array over the fresh tensors' one block, views(dtype)\n"
           "giving the numpy dtype of a ferry dtype, or None where numpy has none: those tensors are\n"
           "passed to `convert` as Arrays, and the dict holds what it returned. With `bulk` too, the\n"
-          "dict is what bulk(block, entries) returns, made while the reads run: block a uint8 Array\n"
-          "over the fresh tensors (None when they hold no byte), entries (name, dtype, shape, offset\n"
-          "in block or -1 when empty, nbytes), or (name, Array) for a dtype views() gives None for or\n"
-          "a tensor not aligned to its items in the block.");
+          "dict holds what bulk(block, entries) returns, made while the reads run: block a uint8\n"
+          "Array over the fresh tensors (None when they hold no byte), entries (dtype, shape, offset\n"
+          "in block or -1 when empty, nbytes of each, count) for a run of count tensors one after the\n"
+          "other, or (Array,) for a dtype views() gives None for or a tensor not aligned to its items\n"
+          "in the block; bulk returns a list of one item per entry, a run's sequence of count\n"
+          "tensors or the one tensor. `result()`, when given, makes that\n"
+          "dict (of a dict subclass).");
     m.def(
         "save_checkpoint",
         [](const std::string& folder, const std::vector<std::string>& names, nb::list values,

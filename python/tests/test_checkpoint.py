@@ -542,8 +542,9 @@ def test_torch_tensors_are_views_made_in_runs(tmp_path):
 
 def test_torch_runs_come_from_the_library_as_one_entry_each(tmp_path):
     """The library hands a run of neighbouring same-dtype, same-shape tensors to the bulk
-    wrapper as one entry of names (one unbind in torch), in the load's name order; the scales
-    of layers 7 to 39 lie one after the other in one shard and come as few entries."""
+    wrapper as one entry with its count (one unbind in torch), in the load's name order, and
+    names what comes back itself; the scales of layers 7 to 39 lie one after the other in one
+    shard and come as few entries."""
     from ferry import _ferry
     from ferry._convert import torch_bulk, torch_view_dtype
 
@@ -557,10 +558,9 @@ def test_torch_runs_come_from_the_library_as_one_entry_each(tmp_path):
 
     got, _ = _ferry.load_checkpoint([str(tmp_path / "ck")], "cpu", "all", [], [], None, [], False, False, "auto",
                                     None, views=torch_view_dtype, bulk=bulk)
-    names = [n for e in seen for n in (e[0] if isinstance(e[0], tuple) else (e[0],))]
-    assert names == sorted(sd) == list(got)
-    runs = [len(e[0]) for e in seen if isinstance(e[0], tuple)]
-    assert max(runs) >= 10 and len(seen) < len(sd) // 2, runs
+    counts = [1 if len(e) == 1 else e[4] for e in seen]
+    assert sum(counts) == len(sd) and list(got) == sorted(sd)
+    assert max(counts) >= 10 and len(seen) < len(sd) // 2, counts
     _check_torch_views(got, sd, "cpu")
 
 

@@ -606,18 +606,22 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
                            : static_cast<unsigned char*>(lay.block.data()) + lay.at[i];
     };
 
-    // The tensors as returned: their places are fixed from here on, so a caller's
-    // while_reading can wrap them while the bytes arrive.
+    // The tensors as returned (unless the caller makes its own from their places): their
+    // places are fixed from here on, so a caller's while_reading can wrap them while the bytes
+    // arrive.
     checkpoint_load out;
-    out.tensors.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const geometry& g = geo[i];
-        const tensor_plan& p = plans[i];
-        if (g.into)
-            out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
-        else
-            out.tensors.push_back({p.name, array(lay.block.owner(), dst_of(i), p.type, p.shape, o.where,
-                                                 storage_order::c, byte_order::little)});
+    const bool caller_makes_tensors = o.places_while_reading && !o.while_reading;
+    if (!caller_makes_tensors) {
+        out.tensors.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const geometry& g = geo[i];
+            const tensor_plan& p = plans[i];
+            if (g.into)
+                out.tensors.push_back({p.name, array(g.into->owner(), g.into->data(), p.type, p.shape, g.into->where())});
+            else
+                out.tensors.push_back({p.name, array(lay.block.owner(), dst_of(i), p.type, p.shape, o.where,
+                                                     storage_order::c, byte_order::little)});
+        }
     }
 
     completion done;
@@ -639,12 +643,15 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     // The caller's work on the tensors' places overlaps these reads; its error waits until
     // every read has ended, since the reads land in memory the tensors own.
     std::exception_ptr caller_error;
-    if (o.while_reading) {
-        try {
-            o.while_reading(out.tensors, d.plan);
-        } catch (...) {
-            caller_error = std::current_exception();
+    try {
+        if (o.while_reading) o.while_reading(out.tensors, d.plan);
+        if (o.places_while_reading) {
+            std::vector<unsigned char*> places(n);
+            for (std::size_t i = 0; i < n; ++i) places[i] = dst_of(i);
+            o.places_while_reading(d.plan, places, lay.block);
         }
+    } catch (...) {
+        caller_error = std::current_exception();
     }
     if (submitting.valid()) direct_inflight = submitting.get();
     const auto [hold_bytes, device_temp] = staged.run(d, budget);

@@ -712,6 +712,59 @@ TEST(Checkpoint, WhileReadingOnTheGpu) {
     check_while_reading(placement::cuda(0));
 }
 
+// places_while_reading hands a caller that makes its own tensors each planned tensor's first
+// byte and the block, once, while the reads run; the result then holds no Arrays of its own,
+// and the bytes at those places are the tensors' once the load returns. With while_reading
+// set too, both are called and the result keeps its tensors.
+void check_places_while_reading(placement where, bool whole) {
+    sample s;
+    checkpoint c = open_checkpoint(s.dir.path());
+    checkpoint_load_options o;
+    o.where = where;
+    if (!whole) o.select = {tensor_selection::kind::glob, {"*"}};  // the per-tensor reads
+    std::vector<std::pair<std::string, unsigned char*>> seen;
+    array kept;  // the result holds no reference to the block: the caller keeps it
+    const void* block = nullptr;
+    int calls = 0;
+    o.places_while_reading = [&](const checkpoint_plan& p, const std::vector<unsigned char*>& at, const array& b) {
+        ++calls;
+        ASSERT_EQ(at.size(), p.tensors.size());
+        for (std::size_t i = 0; i < at.size(); ++i) seen.emplace_back(p.tensors[i].name, at[i]);
+        kept = b;
+        block = b.data();
+        EXPECT_EQ(b.where().kind, where.kind);
+    };
+    checkpoint_load l = load_checkpoint(c, o);
+    EXPECT_EQ(calls, 1);
+    EXPECT_TRUE(l.tensors.empty());
+    ASSERT_EQ(seen.size(), s.all.size());
+    ASSERT_NE(block, nullptr);
+    for (const auto& [name, at] : seen) {
+        const array want = s.get(name);
+        EXPECT_GE(at, static_cast<const unsigned char*>(block)) << name;
+        array got = array(std::shared_ptr<const void>(), at, want.type(), want.shape(), where).copy_to(placement::host());
+        EXPECT_TRUE(same(got, want)) << name;
+    }
+
+    int both = 0;
+    o.while_reading = [&](const std::vector<named_array>&, const checkpoint_plan&) { ++both; };
+    checkpoint_load k = load_checkpoint(c, o);
+    EXPECT_EQ(both, 1);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(k.tensors.size(), s.all.size());
+}
+
+TEST(Checkpoint, PlacesWhileReadingGivesEachTensorsFirstByteAndNoArrays) {
+    check_places_while_reading(placement::host(), true);
+    check_places_while_reading(placement::host(), false);
+}
+
+TEST(Checkpoint, PlacesWhileReadingOnTheGpu) {
+    FERRY_REQUIRE_GPU();
+    check_places_while_reading(placement::cuda(0), true);
+    check_places_while_reading(placement::cuda(0), false);
+}
+
 TEST(Checkpoint, SaveRemovesAnOlderIndexFirstAndWritesItLast) {
     sample s;
     auto before = fs::last_write_time(s.dir / "model.safetensors.index.json");
