@@ -251,6 +251,7 @@ struct checkpoint_stats {
     std::size_t requests = 0;          ///< file reads issued
     double seconds = 0;                ///< the whole load
     double first_read_seconds = 0;     ///< from the call to the first read issued
+    double open_seconds = 0;           ///< open_and_load_checkpoint: the open, before `seconds`
     std::uint64_t peak_temp_bytes = 0; ///< this load's largest hold on the memory budget
     std::uint64_t device_temp_bytes = 0; ///< of which device memory (GPU conversions)
     std::uint64_t budget_peak_bytes = 0; ///< the process-wide budget's peak so far
@@ -272,6 +273,18 @@ struct checkpoint_load {
 /// plan_checkpoint throws (before any byte lands in `into`), checkpoint_io_error for an I/O
 /// error mid-load.
 FERRY_EXPORT checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& options = {});
+
+/// open_checkpoint and load_checkpoint in one call (`sources`: one source as open_checkpoint
+/// takes it, or several safetensors files), the open's time in stats.open_seconds, apart from
+/// stats.seconds. A load of every tensor whole, as stored, issues each shard's read as soon as
+/// the shards' headers are read, while the open still merges their tensors and checks them
+/// against the index; stats.first_read_seconds then counts from the start of the open. Where
+/// the open fails, those reads are waited for and their memory freed before the error is
+/// thrown. `opened`, when given, is called with the open checkpoint before the load's clock
+/// starts.
+FERRY_EXPORT checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources,
+                                                      const checkpoint_load_options& options = {},
+                                                      const std::function<void(const checkpoint&)>& opened = {});
 
 /// The process-wide cap on temporary memory (host temporaries and device temporaries) held by
 /// checkpoint loads; loads wait for room. Default 1 GiB. A load whose largest single piece is

@@ -330,26 +330,26 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
             wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         };
     }
-    checkpoint c;
-    double open_seconds = 0;
-    {
-        auto t0 = std::chrono::steady_clock::now();
-        c = interruptible([&] { return open_source(sources); });
-        open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
     // The modules `convert` will need for these element types (ml_dtypes for bfloat16 into
-    // numpy: 1.2 s the first time in a process, for a load of 92 KB) are imported here, once
-    // the headers named the types, and timed apart: `seconds` is the load's own.
+    // numpy: 1.2 s the first time in a process, for a load of 92 KB) are imported once the
+    // headers named the types, and timed apart: `seconds` is the load's own. The open and the
+    // load are one call, so that a load of every tensor reads while the open still checks the
+    // headers against the index.
     double import_seconds = 0;
-    if (!prepare.is_none()) {
+    auto opened = [&](const checkpoint& c) {
+        if (prepare.is_none()) return;
         auto t0 = std::chrono::steady_clock::now();
         std::set<std::string> types;
         for (const auto& t : c.tensors) types.insert(std::string(to_string(t.type)));
         if (o.as) types.insert(std::string(to_string(*o.as)));
-        prepare(std::vector<std::string>(types.begin(), types.end()));
+        {
+            nb::gil_scoped_acquire gil;
+            prepare(std::vector<std::string>(types.begin(), types.end()));
+        }
         import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    checkpoint_load l = interruptible([&] { return load_checkpoint(c, o); });
+    };
+    checkpoint_load l = interruptible([&] { return open_and_load_checkpoint(sources, o, opened); });
+    const double open_seconds = l.stats.open_seconds;
     nb::dict stats;
     stats["bytes_read"] = l.stats.bytes_read;
     stats["bytes_out"] = l.stats.bytes_out;

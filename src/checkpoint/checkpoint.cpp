@@ -22,6 +22,7 @@
 
 #include "backend/registry.hpp"
 #include "checkpoint/index_json.hpp"
+#include "checkpoint/open.hpp"
 #include "checkpoint/side_by_side.hpp"
 #include "ferry/error.hpp"
 #include "ferry/file.hpp"
@@ -272,9 +273,9 @@ private:
 };
 
 checkpoint index_checkpoint(const std::string& index_path, const std::string& source, const shard_namer& place,
-                            checkpoints::index_json parsed, started_headers& early);
+                            checkpoints::index_json parsed, started_headers& early, const checkpoints::shards_read& on_read);
 
-checkpoint open_index(const std::string& index_path, const std::string& source) {
+checkpoint open_index(const std::string& index_path, const std::string& source, const checkpoints::shards_read& on_read) {
     const std::string shown_index = shown(index_path);
     const shard_namer place(index_path);
 
@@ -305,7 +306,7 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
         return now == read.version ? std::string() : read.version + " became " + now;
     };
     try {
-        checkpoint c = index_checkpoint(index_path, source, place, std::move(parsed), early);
+        checkpoint c = index_checkpoint(index_path, source, place, std::move(parsed), early, on_read);
         // Without a generation, only the index's identity tells that the shards read may be of
         // two saves (another tool's, writing over the same names). Remote objects are each
         // checked against the ETag their header was read with instead (range_reader).
@@ -324,7 +325,7 @@ checkpoint open_index(const std::string& index_path, const std::string& source) 
 
 // The checkpoint an index describes: its shards' headers read and checked against it.
 checkpoint index_checkpoint(const std::string& index_path, const std::string& source, const shard_namer& place,
-                            checkpoints::index_json parsed, started_headers& early) {
+                            checkpoints::index_json parsed, started_headers& early, const checkpoints::shards_read& on_read) {
     const std::string shown_index = shown(index_path);
 
     checkpoint c;
@@ -370,6 +371,7 @@ checkpoint index_checkpoint(const std::string& index_path, const std::string& so
         throw;
     }
     check_generation(c);  // before the checks below, which a mix of two saves would fail
+    if (on_read) on_read(c.shards);
     collect_tensors(c);
 
     // The index and the headers must agree on every tensor's shard. The shards were read in
@@ -395,11 +397,13 @@ checkpoint index_checkpoint(const std::string& index_path, const std::string& so
     return c;
 }
 
-checkpoint open_files(std::vector<std::string> files, const std::string& source) {
+checkpoint open_files(std::vector<std::string> files, const std::string& source,
+                      const checkpoints::shards_read& on_read) {
     if (files.empty()) throw checkpoint_error(source, "", "no safetensors files found");
     checkpoint c;
     c.source = source;
     c.shards = read_headers(files);
+    if (on_read) on_read(c.shards);
     collect_tensors(c);
     return c;
 }
@@ -408,7 +412,8 @@ bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail
 
 // A prefix (ending in '/'): its index, else, where the store lists (s3), its *.safetensors
 // objects, else (http(s)) its model.safetensors (an HTTP prefix cannot be listed).
-checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source) {
+checkpoint open_prefix(const std::string& prefix, const std::string& query, const std::string& source,
+                       const checkpoints::shards_read& on_read) {
     const detail::location where(prefix);
     if (const auto list = detail::scheme_for(where).operations.list) {
         std::vector<detail::listed_object> entries;
@@ -417,7 +422,7 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
         } catch (const remote_error& e) {
             // Reading without s3:ListBucket is common (GetObject only): then the index is the way in.
             if (e.status() != 403) throw;
-            return open_index(prefix + index_name, source);
+            return open_index(prefix + index_name, source, on_read);
         }
         std::vector<std::string> indexes, files;
         bool has_default_index = false;
@@ -427,8 +432,8 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
             if (ends_with(name, ".safetensors.index.json")) indexes.push_back(prefix + name);
             else if (ends_with(name, ".safetensors")) files.push_back(prefix + name);
         }
-        if (has_default_index) return open_index(prefix + index_name, source);
-        if (indexes.size() == 1) return open_index(indexes[0], source);
+        if (has_default_index) return open_index(prefix + index_name, source, on_read);
+        if (indexes.size() == 1) return open_index(indexes[0], source, on_read);
         if (indexes.size() > 1)
             throw checkpoint_error(source, "", "holds " + std::to_string(indexes.size()) +
                                                    " index files: name the one to load");
@@ -436,17 +441,17 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
             throw checkpoint_error(source, "", "no " + std::string(index_name) +
                                                    " and no *.safetensors object under this prefix");
         std::sort(files.begin(), files.end());
-        return open_files(std::move(files), source);
+        return open_files(std::move(files), source, on_read);
     }
     const std::string index = prefix + index_name + query;
     try {
-        return open_index(index, source);
+        return open_index(index, source, on_read);
     } catch (const remote_error& e) {
         if (e.status() != 404 || e.url() != shown(index)) throw;
     }
     const std::string single = prefix + "model.safetensors" + query;
     try {
-        return open_files({single}, source);
+        return open_files({single}, source, on_read);
     } catch (const remote_error& e) {
         if (e.status() != 404 || e.url() != shown(single)) throw;
     }
@@ -457,7 +462,7 @@ checkpoint open_prefix(const std::string& prefix, const std::string& query, cons
 
 // A URL: an index ("*.json"), a prefix ("/" at the end, a bucket, or a last segment without a
 // dot), or one safetensors object.
-checkpoint open_remote(const std::string& source) {
+checkpoint open_remote(const std::string& source, const checkpoints::shards_read& on_read) {
     const detail::location where(source);
     const bool keys = detail::scheme_for(where).naming == detail::object_naming::literal_key;
     // (An s3:// URL without a bucket is refused where it is parsed.)
@@ -468,41 +473,45 @@ checkpoint open_remote(const std::string& source) {
         if (q != std::string::npos) query = base.substr(q), base = base.substr(0, q);
     }
     const std::size_t path_start = base.find('/', source.size() - where.rest().size());  // after "scheme://"
-    if (path_start == std::string::npos) return open_prefix(base + "/", query, source);  // a host or a bucket
-    if (ends_with(base, ".json")) return open_index(source, source);
-    if (base.back() == '/') return open_prefix(base, query, source);
+    if (path_start == std::string::npos) return open_prefix(base + "/", query, source, on_read);  // a host or a bucket
+    if (ends_with(base, ".json")) return open_index(source, source, on_read);
+    if (base.back() == '/') return open_prefix(base, query, source, on_read);
     const std::string last = base.substr(base.rfind('/') + 1);
-    if (last.find('.') == std::string::npos) return open_prefix(base + "/", query, source);
-    return open_files({source}, source);
+    if (last.find('.') == std::string::npos) return open_prefix(base + "/", query, source, on_read);
+    return open_files({source}, source, on_read);
 }
 
 }  // namespace
 
-checkpoint open_checkpoint(const std::string& source) {
-    if (is_url(source)) return open_remote(source);
+checkpoint checkpoints::open_checkpoint(const std::string& source, const shards_read& on_read) {
+    if (is_url(source)) return open_remote(source, on_read);
     std::error_code ec;
     if (fs::is_directory(source, ec)) {
         fs::path dir(source);
-        if (fs::is_regular_file(dir / index_name, ec)) return open_index((dir / index_name).string(), source);
+        if (fs::is_regular_file(dir / index_name, ec)) return open_index((dir / index_name).string(), source, on_read);
         std::vector<std::string> indexes = expand_glob((dir / "*.safetensors.index.json").string());
-        if (indexes.size() == 1) return open_index(indexes[0], source);
+        if (indexes.size() == 1) return open_index(indexes[0], source, on_read);
         if (indexes.size() > 1)
             throw checkpoint_error(source, "", "holds " + std::to_string(indexes.size()) +
                                                    " index files: name the one to load");
-        return open_files(expand_glob((dir / "*.safetensors").string()), source);
+        return open_files(expand_glob((dir / "*.safetensors").string()), source, on_read);
     }
-    if (source.size() > 5 && source.ends_with(".json")) return open_index(source, source);
+    if (source.size() > 5 && source.ends_with(".json")) return open_index(source, source, on_read);
     if (has_glob_chars(source) && !fs::exists(source, ec)) {
         std::vector<std::string> files = expand_glob(source);
         if (files.empty()) throw checkpoint_error(source, "", "the pattern matches no file");
-        return open_files(std::move(files), source);
+        return open_files(std::move(files), source, on_read);
     }
-    return open_files({source}, source);
+    return open_files({source}, source, on_read);
 }
 
-checkpoint open_checkpoint(const std::vector<std::string>& files) {
+checkpoint checkpoints::open_checkpoint(const std::vector<std::string>& files, const shards_read& on_read) {
     std::string source = files.empty() ? std::string("(no files)") : files.front();
-    return open_files(files, source);
+    return open_files(files, source, on_read);
 }
+
+checkpoint open_checkpoint(const std::string& source) { return checkpoints::open_checkpoint(source, {}); }
+
+checkpoint open_checkpoint(const std::vector<std::string>& files) { return checkpoints::open_checkpoint(files, {}); }
 
 }  // namespace ferry

@@ -1,5 +1,7 @@
 // Executing a checkpoint plan. A load of every tensor whole, as stored, reads each shard's
-// tensors as one range, submitted before the plan is even made (whole_shards). Otherwise all
+// tensors as one range, submitted before the plan is even made (whole_shards), and through
+// open_and_load_checkpoint before the open has merged the shards' tensors and checked them
+// against the index (early_reads). Otherwise all
 // reads that land in place (whole tensors and dim-0 slices, host row segments) are submitted
 // first as one batch over every shard, coalesced where both the file ranges and the
 // destinations touch. Tensors that need a temporary (span + gather,
@@ -14,10 +16,12 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "array/host_kernels.hpp"
 #include "checkpoint/memory_budget.hpp"
+#include "checkpoint/open.hpp"
 #include "checkpoint/plan.hpp"
 #include "checkpoint/range_reader.hpp"
 #include "checkpoint/verify_load.hpp"
@@ -235,26 +239,58 @@ struct whole_shards {
     std::vector<region> regions;  ///< per shard; lo == hi where it has no byte to read
     std::uint64_t total = 0;      ///< bytes of the block
 
+    /// Whether the options ask for every tensor, whole and as stored.
+    static bool whole_load(const checkpoint_load_options& o) {
+        return o.select.how == tensor_selection::kind::all && o.into.empty() && !o.only_into && o.slices.empty() &&
+               o.slice_rules.empty() && !o.as;
+    }
+
     static whole_shards of(const checkpoint& c, const checkpoint_load_options& o) {
+        if (!whole_load(o) || c.tensors.empty()) return {};
+        return of_tensors(c.shards.size(), [&](const auto& add) {
+            for (const auto& t : c.tensors) add(t.shard, t.offset, t.bytes);
+        });
+    }
+
+    /// The same from the shards' headers alone, before the open has merged their tensors.
+    static whole_shards of(const std::vector<checkpoint_shard>& shards, const checkpoint_load_options& o) {
+        std::size_t tensors = 0;
+        for (const auto& s : shards) tensors += s.header.tensors.size();
+        if (!whole_load(o) || tensors == 0) return {};
+        return of_tensors(shards.size(), [&](const auto& add) {
+            for (std::size_t s = 0; s < shards.size(); ++s)
+                for (const auto& t : shards[s].header.tensors)
+                    add(s, shards[s].header.data_offset + t.begin, t.end - t.begin);
+        });
+    }
+
+    /// Whether both place every shard's range alike.
+    bool same_as(const whole_shards& w) const {
+        if (!usable || !w.usable || total != w.total || regions.size() != w.regions.size()) return false;
+        for (std::size_t s = 0; s < regions.size(); ++s)
+            if (regions[s].lo != w.regions[s].lo || regions[s].hi != w.regions[s].hi || regions[s].at != w.regions[s].at)
+                return false;
+        return true;
+    }
+
+    /// The regions of tensors that each(add) gives as add(shard, file offset, bytes).
+    template <typename Each>
+    static whole_shards of_tensors(std::size_t shards, const Each& each) {
         whole_shards w;
-        if (o.select.how != tensor_selection::kind::all || !o.into.empty() || o.only_into || !o.slices.empty() ||
-            !o.slice_rules.empty() || o.as || c.tensors.empty())
-            return w;
-        const std::size_t shards = c.shards.size();
         w.regions.assign(shards, {UINT64_MAX, 0, 0});
         std::vector<std::uint64_t> covered(shards, 0);
-        for (const auto& t : c.tensors) {
-            if (t.bytes == 0) continue;
-            region& r = w.regions[t.shard];
-            r.lo = std::min(r.lo, t.offset);
-            r.hi = std::max(r.hi, t.offset + t.bytes);
-            covered[t.shard] += t.bytes;
-        }
+        each([&](std::size_t shard, std::uint64_t offset, std::uint64_t bytes) {
+            if (bytes == 0) return;
+            region& r = w.regions[shard];
+            r.lo = std::min(r.lo, offset);
+            r.hi = std::max(r.hi, offset + bytes);
+            covered[shard] += bytes;
+        });
         for (std::size_t s = 0; s < shards; ++s) {
             region& r = w.regions[s];
             if (r.lo == UINT64_MAX) r.lo = r.hi = 0;
             const std::uint64_t span = r.hi - r.lo;
-            if (span > covered[s] + std::max<std::uint64_t>(slack_bytes, covered[s] / 64)) return w;
+            if (span > covered[s] + std::max<std::uint64_t>(slack_bytes, covered[s] / 64)) return {};
             r.at = align_like(w.total, r.lo);
             w.total = r.at + span;
         }
@@ -556,42 +592,104 @@ private:
 
 }  // namespace
 
-checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& o) {
+namespace {
+
+/// A whole load's reads, one per shard, submitted by a thread of their own: a large request
+/// holds its submitter until most of its chunks are queued on the lanes (48 ms for a shard of
+/// 4.3 GB on an H100, bench/probes/submit_probe.py), time the loading thread spends on the plan
+/// and the caller's wrapping instead. The caller's stop is bound to that thread (Ctrl-C reaches
+/// these reads too); `issued` is called as the first read is issued.
+std::future<std::vector<range_batch>> submit_aside(range_reader& reader, std::vector<std::vector<gather_request>> requests,
+                                                   std::function<void()> issued) {
+    auto submit_all = [&reader, requests = std::move(requests), stop = detail::current_stop(),
+                       issued = std::move(issued)] {
+        detail::stop_binding bound(stop);
+        std::vector<range_batch> inflight;
+        inflight.reserve(requests.size());
+        for (const auto& b : requests) {
+            if (inflight.empty() && issued) issued();
+            inflight.push_back(reader.submit(b));
+        }
+        return inflight;
+    };
+    try {
+        return std::async(std::launch::async, std::move(submit_all));
+    } catch (const std::system_error&) {  // no thread to spare: submitted here
+    }
+    std::promise<std::vector<range_batch>> done;
+    done.set_value(submit_all());
+    return done.get_future();
+}
+
+/// A whole load's reads issued by open_and_load_checkpoint as soon as the shards' headers are
+/// read (open.hpp), while the open still merges their tensors and checks them against the
+/// index: a reader of the shards, the block and one read per shard. The load takes them over
+/// where the open checkpoint places its tensors as the headers did (it always does: a shard's
+/// tensors are the checkpoint's); otherwise, and where the open throws, they are waited for
+/// and dropped.
+class early_reads {
+public:
+    early_reads() = default;
+    early_reads(const early_reads&) = delete;
+    early_reads& operator=(const early_reads&) = delete;
+    ~early_reads() { drain(); }
+
+    void start(const std::vector<checkpoint_shard>& shards, const checkpoint_load_options& o, clock_type::time_point t0) {
+        whole = whole_shards::of(shards, o);
+        if (!whole.usable) return;
+        reader.emplace(shards, o.where);
+        block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
+        direct = whole.batches(static_cast<unsigned char*>(block.data()));
+        submitting = submit_aside(*reader, direct.requests,
+                                  [this, t0] { first_read = std::chrono::duration<double>(clock_type::now() - t0).count(); });
+    }
+
+    bool started() const noexcept { return reader.has_value(); }
+
+    /// Waits for every read issued and drops them.
+    void drain() noexcept {
+        if (!submitting.valid()) return;
+        try {
+            for (auto& b : submitting.get()) b.wait();
+        } catch (...) {  // the submitter's error: nothing is left in flight
+        }
+    }
+
+    // Destroyed from the last: the submitter and its reads first, then the block they land in
+    // and the reader they use.
+    whole_shards whole;
+    std::optional<range_reader> reader;
+    array block;
+    direct_batches direct;
+    double first_read = 0;  ///< seconds from the start of the open
+    std::future<std::vector<range_batch>> submitting;
+};
+
+checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o, early_reads* early) {
     auto t0 = clock_type::now();
     memory_budget& budget = memory_budget::global();
-    range_reader reader(c.shards, o.where);
+    const whole_shards whole = whole_shards::of(c, o);
+    const bool ahead = early && early->started() && early->whole.same_as(whole);
+    if (early && !ahead) early->drain();
+    std::optional<range_reader> own_reader;
+    if (!ahead) own_reader.emplace(c.shards, o.where);
+    range_reader& reader = ahead ? *early->reader : *own_reader;
     // Declared before the reads, which land in it and are waited for before it is freed.
     block_layout lay;
-    const whole_shards whole = whole_shards::of(c, o);
     direct_batches direct;
     std::vector<range_batch> direct_inflight;
     double first_read = 0;
-    // A whole load's reads are submitted by a thread of their own: a large request holds its
-    // submitter until most of its chunks are queued on the lanes (48 ms for a shard of 4.3 GB on
-    // an H100, bench/probes/submit_probe.py), time this thread spends on the plan and the
-    // caller's wrapping instead.
     // Declared after what the reads use, so that leaving early waits for the submitter first.
     std::future<std::vector<range_batch>> submitting;
-    if (whole.usable) {
+    if (ahead) {
+        lay.block = early->block;
+        direct = early->direct;
+        submitting = std::move(early->submitting);
+    } else if (whole.usable) {
         lay.block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
         direct = whole.batches(static_cast<unsigned char*>(lay.block.data()));
-        auto submit_all = [&reader, requests = direct.requests, stop = detail::current_stop(), &first_read, t0] {
-            detail::stop_binding bound(stop);  // Ctrl-C reaches these reads too
-            std::vector<range_batch> inflight;
-            inflight.reserve(requests.size());
-            for (const auto& b : requests) {
-                // Issued now: a large request's submit returns only once most of its chunks are
-                // queued, its first bytes long under way (48 ms for 4.3 GB on an H100).
-                if (inflight.empty()) first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
-                inflight.push_back(reader.submit(b));
-            }
-            return inflight;
-        };
-        try {
-            submitting = std::async(std::launch::async, submit_all);
-        } catch (const std::system_error&) {  // no thread to spare: submitted here
-            direct_inflight = submit_all();
-        }
+        submitting = submit_aside(reader, direct.requests,
+                                  [&first_read, t0] { first_read = std::chrono::duration<double>(clock_type::now() - t0).count(); });
     }
 
     detailed_plan d = make_plan(c, o, budget.cap());
@@ -682,7 +780,7 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     for (const auto& g : geo) used[g.file] = 1;
     out.stats.files = static_cast<std::size_t>(std::count(used.begin(), used.end(), 1));
     out.stats.requests = reader.requests();
-    out.stats.first_read_seconds = std::max(0.0, first_read);
+    out.stats.first_read_seconds = std::max(0.0, first_read);  // 0 where the open issued them
     out.stats.peak_temp_bytes = hold_bytes;
     out.stats.device_temp_bytes = device_temp;
     out.stats.budget_peak_bytes = budget.peak();
@@ -690,6 +788,25 @@ checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_optio
     out.plan = std::move(d.plan);
     out.stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     return out;
+}
+
+}  // namespace
+
+checkpoint_load load_checkpoint(const checkpoint& c, const checkpoint_load_options& o) { return load_with(c, o, nullptr); }
+
+checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources, const checkpoint_load_options& o,
+                                         const std::function<void(const checkpoint&)>& opened) {
+    const auto t0 = clock_type::now();
+    early_reads early;  // outlives the checkpoint and the load: its reads are waited for first
+    auto on_read = [&](const std::vector<checkpoint_shard>& shards) { early.start(shards, o, t0); };
+    const checkpoint c = sources.size() == 1 ? checkpoints::open_checkpoint(sources[0], on_read)
+                                             : checkpoints::open_checkpoint(sources, on_read);
+    const double open_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (opened) opened(c);
+    checkpoint_load l = load_with(c, o, &early);
+    l.stats.open_seconds = open_seconds;
+    if (early.started() && l.stats.first_read_seconds == 0) l.stats.first_read_seconds = early.first_read;
+    return l;
 }
 
 checkpoint_plan plan_checkpoint(const checkpoint& c, const checkpoint_load_options& o) {

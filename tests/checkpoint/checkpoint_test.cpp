@@ -655,6 +655,82 @@ TEST(Checkpoint, AStopRequestEndsAWholeLoadAsAnInterrupt) {
     }
 }
 
+// open_and_load_checkpoint issues a whole load's reads once the shards' headers are read: the
+// first read of tensor bytes is under way before the open has returned (seen from `opened`,
+// called after the open and before the load starts). Shards of 1 MiB tensors, so that a read
+// of their bytes (64 KiB or more) is told apart from a header's.
+std::atomic<int> big_preads{0};
+
+TEST(Checkpoint, OpenAndLoadReadsBeforeTheOpenHasReturned) {
+    test::temp_dir dir;
+    std::vector<named_array> all;
+    for (int k = 0; k < 6; ++k) all.push_back({"t" + std::to_string(k), iota({1 << 18}, static_cast<float>(k))});
+    save_checkpoint(dir.path(), all, 3u << 20);
+    big_preads = 0;
+    ferry::sys::hook = [](const char* call, std::size_t* length) {
+        if (std::strcmp(call, "pread") == 0 && *length >= (64u << 10)) ++big_preads;
+        return 0;
+    };
+    bool read_during_open = false;
+    std::size_t shards = 0;
+    checkpoint_load l = open_and_load_checkpoint({dir.path()}, {}, [&](const checkpoint& c) {
+        shards = c.shards.size();
+        for (int i = 0; i < 10000 && big_preads == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        read_during_open = big_preads > 0;
+    });
+    ferry::sys::hook = nullptr;
+    EXPECT_GT(shards, 1u);
+    EXPECT_TRUE(read_during_open) << "no read of tensor bytes before the load began";
+    EXPECT_EQ(l.stats.requests, shards);
+    EXPECT_GT(l.stats.open_seconds, 0.0);
+    EXPECT_GT(l.stats.first_read_seconds, 0.0);  // counted from the start of the open
+    ASSERT_EQ(l.tensors.size(), all.size());
+    for (const auto& t : all) EXPECT_TRUE(same(find(l, t.name), t.value)) << t.name;
+
+    // Not a whole load: the open reads headers only, the load the tensors it selected.
+    checkpoint_load_options o;
+    o.select = {tensor_selection::kind::names, {"t1", "t4"}};
+    big_preads = 0;
+    ferry::sys::hook = [](const char* call, std::size_t* length) {
+        if (std::strcmp(call, "pread") == 0 && *length >= (64u << 10)) ++big_preads;
+        return 0;
+    };
+    int during = -1;
+    checkpoint_load some = open_and_load_checkpoint({dir.path()}, o, [&](const checkpoint&) { during = big_preads; });
+    ferry::sys::hook = nullptr;
+    EXPECT_EQ(during, 0);
+    ASSERT_EQ(some.tensors.size(), 2u);
+    EXPECT_TRUE(same(find(some, "t4"), all[4].value));
+}
+
+// An open that fails once the reads are under way (the index names a tensor no shard holds, a
+// check made after the headers are read) throws its error after those reads ended; the
+// checkpoint, mended, loads again.
+TEST(Checkpoint, OpenAndLoadWhoseOpenFailsAfterItsReadsBegan) {
+    sample s;
+    const fs::path index = s.dir / "model.safetensors.index.json";
+    auto j = read_json(index);
+    const auto good = j;
+    j["weight_map"]["ghost"] = j["weight_map"]["head"];
+    write_json(index, j);
+    try {
+        open_and_load_checkpoint({s.dir.path()});
+        ADD_FAILURE() << "no error";
+    } catch (const checkpoint_error& e) {
+        EXPECT_EQ(e.tensor(), "ghost");
+        EXPECT_NE(std::string(e.what()).find("no shard holds it"), std::string::npos) << e.what();
+    }
+    write_json(index, good);
+    checkpoint_load l = open_and_load_checkpoint({s.dir.path()});
+    for (const auto& t : s.all) EXPECT_TRUE(same(find(l, t.name), t.value)) << t.name;
+
+    // A stop asked before the call ends it as an interrupt, whatever has started.
+    stop_source stop;
+    stop.request_stop();
+    stop_scope scope(stop);
+    EXPECT_THROW(open_and_load_checkpoint({s.dir.path()}), error);
+}
+
 void check_while_reading(placement where) {
     sample s;
     checkpoint c = open_checkpoint(s.dir.path());
