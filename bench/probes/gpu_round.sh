@@ -15,7 +15,7 @@ for r in ${ROUND:-files moe many_files}; do
     files) timeout 200 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 ;;
     moe) timeout 200 python3 bench/probes/moe_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 ;;
     # Where the MoE load's wrapping goes, and the load with fewer I/O threads.
-    wrap) timeout 240 python3 bench/probes/wrap_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 --threads 8,12 ;;
+    wrap) timeout 150 python3 bench/probes/wrap_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 --threads ${WRAP_THREADS:-8,12} ;;
     # Issue 39's table on the same checkpoint, InstantTensor swept where its wheel came along
     # (.whl-bench/, installed here without network).
     moe_bench)
