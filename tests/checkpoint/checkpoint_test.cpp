@@ -703,6 +703,21 @@ TEST(Checkpoint, OpenAndLoadReadsBeforeTheOpenHasReturned) {
     EXPECT_TRUE(same(find(some, "t4"), all[4].value));
 }
 
+// The same into GPU memory: the early reads' block is the GPU's, every byte as saved.
+TEST(Checkpoint, OpenAndLoadIntoGpuMemory) {
+    FERRY_REQUIRE_GPU();
+    sample s;
+    checkpoint_load_options o;
+    o.where = placement::cuda(0);
+    checkpoint_load l = open_and_load_checkpoint({s.dir.path()}, o);
+    EXPECT_EQ(l.stats.requests, open_checkpoint(s.dir.path()).shards.size());  // one read a shard
+    for (const auto& t : s.all) {
+        const array& got = find(l, t.name);
+        EXPECT_TRUE(got.where().on_gpu()) << t.name;
+        EXPECT_TRUE(same(got.copy_to(placement::host()), t.value)) << t.name;
+    }
+}
+
 // An open that fails once the reads are under way (the index names a tensor no shard holds, a
 // check made after the headers are read) throws its error after those reads ended; the
 // checkpoint, mended, loads again.
