@@ -636,6 +636,8 @@ public:
     ~early_reads() { drain(); }
 
     void start(const std::vector<checkpoint_shard>& shards, const checkpoint_load_options& o, clock_type::time_point t0) {
+        drain();  // an open that tried one way, then another, may call this twice
+        reader.reset();
         whole = whole_shards::of(shards, o);
         if (!whole.usable) return;
         reader.emplace(shards, o.where);
