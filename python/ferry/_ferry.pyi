@@ -169,6 +169,7 @@ def load_checkpoint(
     views: Any = None,
     bulk: Any = None,
     verify: str = "auto",
+    result: Any = None,
 ) -> tuple[Any, dict[str, Any]]: ...
 def save_checkpoint(
     folder: str, names: Sequence[str], arrays: list[Any], max_shard_size: int,
