@@ -114,6 +114,31 @@ def shard_files(folder):
     return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))
 
 
+def moe_probe_setup(doc, more=None):
+    """The probes' shared start: their arguments (an MoE checkpoint of --tensors tensors, --matrices
+    large matrices among them), the checkpoint written once under --dir and read once so that it is
+    hot. `more(parser)` adds a probe's own arguments. Returns (arguments, folder, shard files)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default="/tmp/moe-probe")
+    ap.add_argument("--tensors", type=int, default=50000)
+    ap.add_argument("--matrices", type=int, default=64)
+    ap.add_argument("--matrix-bytes", type=int, default=64 << 20)
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--rounds", type=int, default=5)
+    if more:
+        more(ap)
+    a = ap.parse_args()
+    a.moe, a.tensor_bytes = True, 1024
+    folder = prepare(a.dir, a.tensors, a)
+    files = shard_files(folder)
+    for p in files:
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    return a, folder, files
+
+
 def timed(fn):
     """Seconds until fn's result is in hand, and the result: (count, what it loaded). The clock
     stops before that is freed, for every reader alike (a result of 50,000 tensors takes

@@ -5,29 +5,13 @@ load through the per-tensor reads. Each clock stops with the result in hand; fre
 timed apart.
     python3 bench/probes/moe_probe.py --dir DIR --tensors 50000 --matrices 64 --device cuda
 """
-import argparse, os, sys, time
+import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import many_tensors_bench as mtb  # noqa: E402
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--dir", default="/tmp/moe-probe")
-ap.add_argument("--tensors", type=int, default=50000)
-ap.add_argument("--matrices", type=int, default=64)
-ap.add_argument("--matrix-bytes", type=int, default=64 << 20)
-ap.add_argument("--shards", type=int, default=8)
-ap.add_argument("--device", default="cuda")
-ap.add_argument("--rounds", type=int, default=5)
-a = ap.parse_args()
-a.moe = True
-a.tensor_bytes = 1024
+a, folder, files = mtb.moe_probe_setup(__doc__)
 import ferry, torch  # noqa: E402
 from ferry import _ferry  # noqa: E402
-folder = mtb.prepare(a.dir, a.tensors, a)
-files = mtb.shard_files(folder)
-for p in files:
-    with open(p, "rb") as f:
-        while f.read(1 << 24):
-            pass
 sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
 sizes = [os.path.getsize(p) for p in files]
 

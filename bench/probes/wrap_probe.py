@@ -4,30 +4,19 @@ the library reports them, the same wrapping alone (no reads running beside it), 
 cost of the views, and the load with fewer I/O threads (each in a process of its own).
     python3 bench/probes/wrap_probe.py --dir DIR --device cuda [--threads 8,12]
 """
-import argparse, gc, os, subprocess, sys, time
+import gc, os, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import many_tensors_bench as mtb  # noqa: E402
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--dir", default="/tmp/moe-probe")
-ap.add_argument("--tensors", type=int, default=50000)
-ap.add_argument("--matrices", type=int, default=64)
-ap.add_argument("--matrix-bytes", type=int, default=64 << 20)
-ap.add_argument("--shards", type=int, default=8)
-ap.add_argument("--device", default="cuda")
-ap.add_argument("--rounds", type=int, default=5)
-ap.add_argument("--threads", default="")
-ap.add_argument("--only-load", action="store_true")
-a = ap.parse_args()
-a.moe = True
-a.tensor_bytes = 1024
+
+def more(ap):
+    ap.add_argument("--threads", default="")
+    ap.add_argument("--only-load", action="store_true")
+
+
+a, folder, _ = mtb.moe_probe_setup(__doc__, more)
 import ferry, torch  # noqa: E402
 import ferry._checkpoint as ck  # noqa: E402
-folder = mtb.prepare(a.dir, a.tensors, a)
-for p in mtb.shard_files(folder):
-    with open(p, "rb") as f:
-        while f.read(1 << 24):
-            pass
 sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
 orig = ck.torch_bulk
 cap = {}

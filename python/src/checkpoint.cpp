@@ -92,15 +92,20 @@ struct fresh_tensors {
     const checkpoint_plan& plan;
     const std::vector<unsigned char*>& at;
     const array& block;
+    std::vector<std::uint64_t> bytes;  ///< each tensor's, counted once
+
+    fresh_tensors(const checkpoint_plan& p, const std::vector<unsigned char*>& places, const array& b)
+        : plan(p), at(places), block(b) {
+        bytes.reserve(at.size());
+        for (std::size_t i = 0; i < at.size(); ++i) bytes.push_back(element_count(p.tensors[i].shape) * size_of(p.tensors[i].type));
+    }
 
     std::size_t size() const { return at.size(); }
     const tensor_plan& operator[](std::size_t i) const { return plan.tensors[i]; }
-    std::uint64_t nbytes(std::size_t i) const { return element_count(plan.tensors[i].shape) * size_of(plan.tensors[i].type); }
+    std::uint64_t nbytes(std::size_t i) const { return bytes[i]; }
     std::int64_t offset(std::size_t i) const { return at[i] - static_cast<const unsigned char*>(block.data()); }
     bool any_bytes() const {
-        for (std::size_t i = 0; i < size(); ++i)
-            if (nbytes(i) != 0) return true;
-        return false;
+        return std::any_of(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b != 0; });
     }
     /// An Array of tensor i (for a tensor the caller's library cannot view).
     array value(std::size_t i) const {

@@ -124,7 +124,8 @@ std::uint64_t up256(std::uint64_t x) { return (x + 255) / 256 * 256; }
 
 /// Where each fresh tensor lands in the one block of the load (`at`, an offset; tensors read
 /// into a caller's destination have none): tensors read in place keep file order, so a run of
-/// adjacent tensors of one shard is one range in the block and one read.
+/// adjacent tensors of one shard is one range in the block and one read. A load of every
+/// tensor whole lays the block out by shard instead, from the headers alone (whole_shards).
 struct block_layout {
     std::vector<std::uint64_t> at;
     array block;
@@ -595,20 +596,22 @@ private:
 
 namespace {
 
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
 /// A whole load's reads, one per shard, submitted by a thread of their own: a large request
 /// holds its submitter until most of its chunks are queued on the lanes (48 ms for a shard of
 /// 4.3 GB on an H100, bench/probes/submit_probe.py), time the loading thread spends on the plan
 /// and the caller's wrapping instead. The caller's stop is bound to that thread (Ctrl-C reaches
-/// these reads too); `issued` is called as the first read is issued.
+/// these reads too). `first_read` is set to the seconds from t0 at which the first read is
+/// issued; it must outlive the future.
 std::future<std::vector<range_batch>> submit_aside(range_reader& reader, std::vector<std::vector<gather_request>> requests,
-                                                   std::function<void()> issued) {
-    auto submit_all = [&reader, requests = std::move(requests), stop = detail::current_stop(),
-                       issued = std::move(issued)] {
+                                                   double& first_read, clock_type::time_point t0) {
+    auto submit_all = [&reader, requests = std::move(requests), stop = detail::current_stop(), &first_read, t0] {
         detail::stop_binding bound(stop);
         std::vector<range_batch> inflight;
         inflight.reserve(requests.size());
         for (const auto& b : requests) {
-            if (inflight.empty() && issued) issued();
+            if (inflight.empty()) first_read = seconds_since(t0);
             inflight.push_back(reader.submit(b));
         }
         return inflight;
@@ -643,8 +646,7 @@ public:
         reader.emplace(shards, o.where);
         block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
         direct = whole.batches(static_cast<unsigned char*>(block.data()));
-        submitting = submit_aside(*reader, direct.requests,
-                                  [this, t0] { first_read = std::chrono::duration<double>(clock_type::now() - t0).count(); });
+        submitting = submit_aside(*reader, direct.requests, first_read, t0);
     }
 
     bool started() const noexcept { return reader.has_value(); }
@@ -703,8 +705,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     } else if (whole.usable) {
         lay.block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
         direct = whole.batches(static_cast<unsigned char*>(lay.block.data()));
-        submitting = submit_aside(reader, direct.requests,
-                                  [&first_read, t0] { first_read = std::chrono::duration<double>(clock_type::now() - t0).count(); });
+        submitting = submit_aside(reader, direct.requests, first_read, t0);
     }
 
     detailed_plan d = make_plan(c, o, budget.cap());
@@ -749,7 +750,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     staged_pieces staged(d, o, reader, done, dst_of);
 
     if (!whole.usable) {
-        first_read = std::chrono::duration<double>(clock_type::now() - t0).count();
+        first_read = seconds_since(t0);
         direct_inflight.reserve(direct.requests.size());
         for (const auto& b : direct.requests) direct_inflight.push_back(reader.submit(b));
     }
@@ -801,7 +802,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     out.stats.budget_peak_bytes = budget.peak();
     d.plan.requests = reader.requests();
     out.plan = std::move(d.plan);
-    out.stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    out.stats.seconds = seconds_since(t0);
     return out;
 }
 
@@ -816,7 +817,7 @@ checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources
     auto on_read = [&](const std::vector<checkpoint_shard>& shards) { early.start(shards, o, t0); };
     checkpoint c = sources.size() == 1 ? checkpoints::open_checkpoint(sources[0], on_read)
                                        : checkpoints::open_checkpoint(sources, on_read);
-    const double open_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    const double open_seconds = seconds_since(t0);
     if (opened) opened(c);
     checkpoint_load l = load_with(c, o, &early);
     l.stats.open_seconds = open_seconds;
