@@ -339,6 +339,42 @@ def test_host_loads_are_numpy_views_of_one_block(tmp_path):
     assert 0 <= stats["wrap_seconds"] <= stats["seconds"]
 
 
+def test_the_young_objects_of_a_large_load_are_collected_while_it_reads(tmp_path):
+    """A load of thousands of tensors makes as many objects the cycle collector tracks, with
+    the collector paused; its pass over them runs inside the load, while the reads are in
+    flight (the collector still paused), not at the first allocation after the load resumed
+    it, once every byte had arrived (4.4 ms for 50,000 tensors on an H100)."""
+    import gc
+
+    pytest.importorskip("torch")  # torch's tensors are tracked by the collector, numpy's arrays are not
+    from safetensors.numpy import save_file
+    sd = {"t.%05d" % i: np.full(3, i, dtype=np.int32) for i in range(3000)}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    passes = []  # (generation, collector enabled) of each pass that starts
+
+    def seen(phase, info):
+        if phase == "start":
+            passes.append((info["generation"], gc.isenabled()))
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        got = ferry.load_checkpoint(str(tmp_path / "model.safetensors"), like="torch")
+    finally:
+        gc.callbacks.remove(seen)
+    assert (0, False) in passes, passes
+    assert gc.isenabled()
+    assert len(got) == 3000 and got["t.02999"].tolist() == [2999] * 3
+    small = {"a": np.zeros(2, np.float32)}  # a small load leaves the pass to the collector
+    save_file(small, str(tmp_path / "small.safetensors"))
+    passes.clear()
+    gc.callbacks.append(seen)
+    try:
+        ferry.load_checkpoint(str(tmp_path / "small.safetensors"), like="torch")
+    finally:
+        gc.callbacks.remove(seen)
+    assert (0, False) not in passes, passes
+
+
 def test_save_checkpoint_round_trip_with_reference_readers(tmp_path):
     sd = _state(1)
     folder = str(tmp_path / "out")
