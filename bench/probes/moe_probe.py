@@ -31,7 +31,7 @@ def raw():
 def load(**kw):
     r = ferry.load_checkpoint(folder, **kw); sync()
     s = r.stats
-    return {k: s[k] for k in ("seconds", "wrap_seconds", "open_seconds", "first_read_seconds")}, r
+    return {k: s[k] for k in ("seconds", "wrap_seconds", "open_seconds", "headers_seconds", "first_read_seconds")}, r
 
 
 every = [t["name"] for t in ferry.info_checkpoint(folder)["tensors"]]

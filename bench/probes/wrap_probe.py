@@ -44,7 +44,7 @@ def phases():
     s = r.stats
     t1 = time.perf_counter(); del r; free = time.perf_counter() - t1
     return t, {"open": s["open_seconds"], "load": s["seconds"], "wrap": s["wrap_seconds"], "bulk": cap["bulk"],
-               "first_read": s["first_read_seconds"], "tail": t0 + t - cap["bulk_end"], "after": t - s["open_seconds"] - s["seconds"], "free": free}
+               "headers": s["headers_seconds"], "first_read": s["first_read_seconds"], "tail": t0 + t - cap["bulk_end"], "after": t - s["open_seconds"] - s["seconds"], "free": free}
 
 
 best = None

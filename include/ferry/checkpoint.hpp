@@ -252,6 +252,9 @@ struct checkpoint_stats {
     double seconds = 0;                ///< the whole load
     double first_read_seconds = 0;     ///< from the call to the first read issued
     double open_seconds = 0;           ///< open_and_load_checkpoint: the open, before `seconds`
+    /// open_and_load_checkpoint: from the start of the open until every shard's header was read
+    /// (a load of every tensor whole issues its reads then); 0 where the open did not say.
+    double headers_seconds = 0;
     std::uint64_t peak_temp_bytes = 0; ///< this load's largest hold on the memory budget
     std::uint64_t device_temp_bytes = 0; ///< of which device memory (GPU conversions)
     std::uint64_t budget_peak_bytes = 0; ///< the process-wide budget's peak so far

@@ -18,8 +18,8 @@ using element_type = simdjson::dom::element_type;
 
 }  // namespace
 
-index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
-                            const std::function<void(const std::string& file)>& on_file) {
+index_json read_index_json(std::string_view text, const std::string& shown_index,
+                           const std::function<void(const std::string& file)>& on_file) {
     auto parser = std::make_shared<simdjson::dom::parser>();
     element root;
     if (auto err = parser->parse(text.data(), text.size()).get(root))
@@ -43,19 +43,18 @@ index_json parse_index_json(std::string_view text, const std::string& index_path
 
     // Views into the parser's tape, which `keep` holds; a file is looked up only when it differs
     // from the previous entry's (an index lists a shard's tensors together).
-    constexpr std::size_t not_a_name = SIZE_MAX;
     std::vector<weight_entry> entries;
     entries.reserve(simdjson::dom::object(*weight_map).size());
     std::string_view last;
-    std::size_t last_file = not_a_name;
+    std::size_t last_file = not_a_file;
     std::unordered_map<std::string_view, std::size_t> file_of;
     for (auto [tensor, file] : simdjson::dom::object(*weight_map)) {
         if (file.type() != element_type::STRING) {
-            entries.push_back({tensor, not_a_name});
+            entries.push_back({tensor, not_a_file});
             continue;
         }
         std::string_view name(file);
-        if (last_file == not_a_name || name != last) {
+        if (last_file == not_a_file || name != last) {
             auto [it, fresh] = file_of.emplace(name, out.files.size());
             last_file = it->second;
             if (fresh) {
@@ -66,6 +65,13 @@ index_json parse_index_json(std::string_view text, const std::string& index_path
         }
         entries.push_back({tensor, last_file});
     }
+    out.weight_map = std::move(entries);
+    out.keep = std::move(parser);
+    return out;
+}
+
+void order_index_json(index_json& index, const std::string& index_path) {
+    auto& entries = index.weight_map;
     auto by_name = [](const weight_entry& a, const weight_entry& b) { return a.tensor < b.tensor; };
     if (!std::is_sorted(entries.begin(), entries.end(), by_name))
         std::stable_sort(entries.begin(), entries.end(), by_name);
@@ -73,11 +79,15 @@ index_json parse_index_json(std::string_view text, const std::string& index_path
         const weight_entry& e = entries[i];
         if (i + 1 < entries.size() && entries[i + 1].tensor == e.tensor)
             throw checkpoint_error(index_path, std::string(e.tensor), "is listed twice in the index's weight_map");
-        if (e.file == not_a_name)
+        if (e.file == not_a_file)
             throw checkpoint_error(index_path, std::string(e.tensor), "weight_map value is not a file name");
     }
-    out.weight_map = std::move(entries);
-    out.keep = std::move(parser);
+}
+
+index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
+                            const std::function<void(const std::string& file)>& on_file) {
+    index_json out = read_index_json(text, shown_index, on_file);
+    order_index_json(out, index_path);
     return out;
 }
 

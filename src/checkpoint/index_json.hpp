@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,8 +19,10 @@ namespace ferry::checkpoints {
 /// and its shard, an index into index_json::files.
 struct weight_entry {
     std::string_view tensor;
-    std::size_t file = 0;
+    std::size_t file = 0;  ///< not_a_file where the value is no string (read_index_json only)
 };
+
+constexpr std::size_t not_a_file = SIZE_MAX;
 
 struct index_json {
     /// `metadata`'s entries: strings as they are, any other value as its JSON text.
@@ -42,5 +45,13 @@ struct index_json {
 /// shard while the rest of the index is parsed.
 index_json parse_index_json(std::string_view text, const std::string& index_path, const std::string& shown_index,
                             const std::function<void(const std::string& file)>& on_file = {});
+
+/// parse_index_json in two steps, for a caller with work to start once the shards are known:
+/// read_index_json throws format_error alone and gives the weight_map in the document's order,
+/// a value that is not a file name as not_a_file; order_index_json then sorts it and throws
+/// parse_index_json's checkpoint_errors.
+index_json read_index_json(std::string_view text, const std::string& shown_index,
+                           const std::function<void(const std::string& file)>& on_file = {});
+void order_index_json(index_json& index, const std::string& index_path);
 
 }  // namespace ferry::checkpoints

@@ -814,13 +814,18 @@ checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources
                                          const std::function<void(const checkpoint&)>& opened) {
     const auto t0 = clock_type::now();
     early_reads early;  // outlives the checkpoint and the load: its reads are waited for first
-    auto on_read = [&](const std::vector<checkpoint_shard>& shards) { early.start(shards, o, t0); };
+    double headers = 0;
+    auto on_read = [&](const std::vector<checkpoint_shard>& shards) {
+        headers = seconds_since(t0);
+        early.start(shards, o, t0);
+    };
     checkpoint c = sources.size() == 1 ? checkpoints::open_checkpoint(sources[0], on_read)
                                        : checkpoints::open_checkpoint(sources, on_read);
     const double open_seconds = seconds_since(t0);
     if (opened) opened(c);
     checkpoint_load l = load_with(c, o, &early);
     l.stats.open_seconds = open_seconds;
+    l.stats.headers_seconds = headers;
     if (early.started() && l.stats.first_read_seconds == 0) l.stats.first_read_seconds = early.first_read;
     free_aside(std::move(c));
     return l;

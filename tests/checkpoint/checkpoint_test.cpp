@@ -684,6 +684,9 @@ TEST(Checkpoint, OpenAndLoadReadsBeforeTheOpenHasReturned) {
     EXPECT_EQ(l.stats.requests, shards);
     EXPECT_GT(l.stats.open_seconds, 0.0);
     EXPECT_GT(l.stats.first_read_seconds, 0.0);  // counted from the start of the open
+    EXPECT_GT(l.stats.headers_seconds, 0.0);     // the reads are issued once the headers are in
+    EXPECT_LE(l.stats.headers_seconds, l.stats.first_read_seconds);
+    EXPECT_LE(l.stats.headers_seconds, l.stats.open_seconds);
     ASSERT_EQ(l.tensors.size(), all.size());
     for (const auto& t : all) EXPECT_TRUE(same(find(l, t.name), t.value)) << t.name;
 
