@@ -8,7 +8,15 @@ export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
 INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 grep "build:" "$out/build.txt"
 export PYTHONPATH=$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}
-build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"
+# The test servers where they came along: nginx unpacked from Debian's packages (.nginx/), moto's
+# S3 server and its modules (.site/site.tar.xz, for the tests' own processes only); then a
+# missing server fails its test instead of skipping it.
+servers=()
+if [ -x .nginx/usr/sbin/nginx ] && [ -f .site/site.tar.xz ]; then
+  mkdir -p /root/test-site && tar xJf .site/site.tar.xz -C /root/test-site
+  servers=(env NGINX_ROOT=$PWD/.nginx FERRY_REQUIRE_SERVERS=1 PYTHONPATH=$PYTHONPATH:/root/test-site)
+fi
+"${servers[@]}" build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"
 timeout 200 python3 -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} 2>&1 | tail -6
 for r in ${ROUND:-files moe many_files}; do
   case $r in
