@@ -134,6 +134,51 @@ def test_interop_both_ways_byte_exact(tmp_path, writer, reader):
     _same(sd, out)
 
 
+def test_a_planner_of_its_own_resolves_every_item(tmp_path):
+    """ferry's reader finds the destination of a plain tensor itself when the planner is
+    torch's own DefaultLoadPlanner (what its resolve_tensor would return, without its per-item
+    Protocol checks); a planner of the caller's, even a subclass, and a state dict tensor with
+    attributes of its own are asked through resolve_tensor, each item once."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    sd = _state()
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "ck")))
+    asked = []
+
+    class Counting(DefaultLoadPlanner):
+        def resolve_tensor(self, read_item):
+            asked.append(read_item.dest_index.fqn)
+            return super().resolve_tensor(read_item)
+
+    out = _blank(sd)
+    dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(tmp_path / "ck")), planner=Counting())
+    _same(sd, out)
+    ours = sorted(asked)
+    asked.clear()
+    dcp.load(_blank(sd), storage_reader=dcp.FileSystemReader(str(tmp_path / "ck")), planner=Counting())
+    assert ours == sorted(asked)  # the items torch's own reader asks for, each as often
+    assert "extra.big" in ours and "extra.bf16" in ours
+
+    # torch's own planner: the same bytes; a tensor carrying attributes of its own goes through
+    # resolve_tensor, the plain ones do not.
+    asked.clear()
+    seen = []
+    real = DefaultLoadPlanner.resolve_tensor
+
+    def spy(self, read_item):
+        seen.append(read_item.dest_index.fqn)
+        return real(self, read_item)
+    out = _blank(sd)
+    out["extra"]["bf16"].note = "mine"
+    DefaultLoadPlanner.resolve_tensor = spy
+    try:
+        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(tmp_path / "ck")))
+    finally:
+        DefaultLoadPlanner.resolve_tensor = real
+    _same(sd, out)
+    assert seen == ["extra.bf16"], seen
+
+
 def test_files_are_dcps_own(tmp_path):
     """The same files, and the same records in them, as torch's writer makes."""
     sd = _state()

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from .._distributed import _Group
 from .._group_plan import TensorEntry, plan_group
 from ._record import HEAD_BYTES, checkpoint_error, tensor_of
-from ._reads import Files, check_ranges, item_name, read_pieces
+from ._reads import Files, check_ranges, item_name, read_pieces, resolve_tensor
 
 _CHUNK_BYTES = 64 << 20
 
@@ -174,7 +174,7 @@ def _deliver(reader: Any, planner: Any, req: Any, key: tuple, buf: torch.Tensor)
     layout = _layout(reader, key, buf, item_name(req))
     src = tensor_of(buf, layout)
     part = narrow_tensor_by_index(src, req.storage_offsets, req.lengths)
-    target = planner.resolve_tensor(req).detach()
+    target = resolve_tensor(planner, req).detach()
     if target.size() != part.size():
         raise checkpoint_error(path, item_name(req), "the checkpoint holds a %s chunk where the state "
                                "dict wants %s" % (list(part.size()), list(target.size())))

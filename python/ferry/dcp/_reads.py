@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from .. import _ferry
 from ._record import checkpoint_error
@@ -84,6 +85,21 @@ def read_pieces(files: Files, pieces: list) -> None:
         fut.result()
 
 
+def resolve_tensor(planner: Any, req: Any) -> torch.Tensor:
+    """The tensor a read item lands in: ``planner.resolve_tensor(req)``. For torch's own planner
+    (not a subclass, which may resolve otherwise) and a plain tensor of the state dict (no
+    subclass such as DTensor, no attributes of its own such as a checkpointable shard's), what
+    that call returns, the tensor narrowed to the item, is made here: torch's lookup tests each
+    tensor against runtime-checkable Protocols, a third of a 2,048-tensor load's time under
+    Python 3.11 on the CPU machine. Anything else goes through the planner."""
+    if type(planner) is DefaultLoadPlanner:
+        index = req.dest_index
+        obj = planner.state_dict.get(index.fqn)
+        if type(obj) is torch.Tensor and not obj.__dict__ and (index.offset is None or not any(index.offset)):
+            return narrow_tensor_by_index(obj, req.dest_offsets, req.lengths)
+    return planner.resolve_tensor(req)
+
+
 def check_ranges(ranges: list) -> None:
     """Each (path, offset, length, name) lies inside its file: a truncated or missing file is
     named, with the tensor, before any byte is read."""
@@ -113,7 +129,7 @@ class ItemReader:
 
     def add(self, req: Any, src: Source) -> None:
         view = narrow_tensor_by_index(src.layout, req.storage_offsets, req.lengths)
-        target = self.planner.resolve_tensor(req).detach()
+        target = resolve_tensor(self.planner, req).detach()
         if target.size() != view.size():
             raise checkpoint_error(src.path, src.name, "the checkpoint holds a %s chunk where the "
                                    "state dict wants %s" % (list(view.size()), list(target.size())))
@@ -152,7 +168,7 @@ class ItemReader:
 
     def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
         """An item whose whole record was read already (small records): copied from host."""
-        target = self.planner.resolve_tensor(req).detach()
+        target = resolve_tensor(self.planner, req).detach()
         part = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
         if target.size() != part.size():
             raise checkpoint_error(src.path, src.name, "the checkpoint holds a %s chunk where the "
