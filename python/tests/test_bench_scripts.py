@@ -280,6 +280,18 @@ def test_into_import_probe_measures_every_way():
     assert all(float(ln.split()[1]) > 0 for ln in lines[1:])
 
 
+def test_dcp_resolve_probe_times_both_ways_and_checks_the_load():
+    pytest.importorskip("torch")
+    r = run([os.path.join(BENCH, "probes", "dcp_resolve_probe.py"), "--size", "1M", "--tensors", "8",
+             "--rounds", "1"], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert re.match(r"\d+ read items, best of 1", lines[0]) and int(lines[0].split()[0]) >= 24, lines
+    ways = {ln.split(" resolve ")[0].strip(): float(ln.split(" resolve ")[1].split()[0]) for ln in lines[1:]}
+    assert set(ways) == {"ferry.dcp resolve_tensor", "planner.resolve_tensor"}, ways
+    assert all(v > 0 for v in ways.values()), ways
+
+
 def test_many_files_bench_measures_every_reader(tmp_path):
     # A few hundred files: every reader's row is printed and its arrays were checked.
     out = tmp_path / "many.json"
