@@ -321,30 +321,34 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     nb::list arrays;
     nb::object viewed;
     double wrap_seconds = 0;
+    // Under the GIL, timed: the wrapping of `made` tensors, then the collector's pass over them.
+    auto wrapping = [&wrap_seconds](std::size_t made, const auto& wrap) {
+        nb::gil_scoped_acquire gil;
+        auto t0 = std::chrono::steady_clock::now();
+        wrap();
+        collect_young(made);
+        wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
     if (!views.is_none()) {
         // The result made from the tensors' places, without an Array per tensor.
         if (!into.empty() || only_into) throw usage_error("load_checkpoint: views come with fresh tensors only");
         o.places_while_reading = [&](const checkpoint_plan& plan, const std::vector<unsigned char*>& at,
                                      const array& block) {
-            nb::gil_scoped_acquire gil;
-            auto t0 = std::chrono::steady_clock::now();
-            viewed = result.is_none() ? nb::dict() : result();
-            const fresh_tensors f{plan, at, block};
-            if (!bulk.is_none()) bulk_views(f, views, bulk, viewed);
-            else numpy_views(f, views, convert, viewed);
-            collect_young(f.size());
-            wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            wrapping(at.size(), [&] {
+                viewed = result.is_none() ? nb::dict() : result();
+                const fresh_tensors f{plan, at, block};
+                if (!bulk.is_none()) bulk_views(f, views, bulk, viewed);
+                else numpy_views(f, views, convert, viewed);
+            });
         };
     } else {
         o.while_reading = [&](const std::vector<named_array>& tensors, const checkpoint_plan&) {
-            nb::gil_scoped_acquire gil;
-            auto t0 = std::chrono::steady_clock::now();
-            for (const auto& t : tensors) {
-                nb::object a = nb::cast(t.value);
-                arrays.append(nb::make_tuple(t.name, convert.is_none() ? a : convert(a)));
-            }
-            collect_young(tensors.size());
-            wrap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            wrapping(tensors.size(), [&] {
+                for (const auto& t : tensors) {
+                    nb::object a = nb::cast(t.value);
+                    arrays.append(nb::make_tuple(t.name, convert.is_none() ? a : convert(a)));
+                }
+            });
         };
     }
     // The modules `convert` will need for these element types (ml_dtypes for bfloat16 into

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <future>
@@ -338,18 +340,19 @@ checkpoint index_checkpoint(const std::string& index_path, const std::string& so
     // Each file the index names (parsed.files) is checked against the tensor placed there
     // first (in name order); names: the shard file names, sorted; shard_of_file: where each of
     // parsed.files went among them.
-    std::vector<const checkpoints::weight_entry*> first_tensor(parsed.files.size(), nullptr);
+    // Names, not entries: the weight_map is sorted in place further down.
+    std::vector<std::optional<std::string_view>> first_tensor(parsed.files.size());
     for (const auto& e : weight_map)
-        if (e.file != checkpoints::not_a_file && (!first_tensor[e.file] || e.tensor < first_tensor[e.file]->tensor))
-            first_tensor[e.file] = &e;
+        if (e.file != checkpoints::not_a_file && (!first_tensor[e.file] || e.tensor < *first_tensor[e.file]))
+            first_tensor[e.file] = e.tensor;
     std::vector<std::size_t> by_first(parsed.files.size());
     for (std::size_t k = 0; k < by_first.size(); ++k) by_first[k] = k;
     std::sort(by_first.begin(), by_first.end(), [&](std::size_t a, std::size_t b) {
-        return first_tensor[a]->tensor < first_tensor[b]->tensor;
+        return *first_tensor[a] < *first_tensor[b];
     });
     for (std::size_t k : by_first)
         if (std::string no = place.unusable(parsed.files[k]); !no.empty())
-            throw checkpoint_error(index_path, std::string(first_tensor[k]->tensor), no);
+            throw checkpoint_error(index_path, std::string(*first_tensor[k]), no);
     std::vector<std::size_t> order = by_first;
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return parsed.files[a] < parsed.files[b]; });
     std::vector<std::string> names;
@@ -368,7 +371,7 @@ checkpoint index_checkpoint(const std::string& index_path, const std::string& so
         if (e.status() != 404) throw;
         for (std::size_t k : order)
             if (shown(place(parsed.files[k])) == e.url())
-                throw checkpoint_error(index_path, std::string(first_tensor[k]->tensor),
+                throw checkpoint_error(index_path, std::string(*first_tensor[k]),
                                        "the index places it in shard " + shown(place(parsed.files[k])) +
                                            ", which does not exist (HTTP 404)");
         throw;

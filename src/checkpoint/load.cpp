@@ -700,7 +700,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     std::future<std::vector<range_batch>> submitting;
     if (ahead) {
         lay.block = early->block;
-        direct = early->direct;
+        direct = std::move(early->direct);
         submitting = std::move(early->submitting);
     } else if (whole.usable) {
         lay.block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
@@ -768,6 +768,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
         caller_error = std::current_exception();
     }
     if (submitting.valid()) direct_inflight = submitting.get();
+    if (ahead) first_read = early->first_read;  // counted from the start of the open, set by its submitter
     const auto [hold_bytes, device_temp] = staged.run(d, budget);
     load_verifier verifier(c, d, dst_of, o);  // checkpoint/verify_load.cpp
     for (std::size_t b = 0; b < direct_inflight.size(); ++b) {
@@ -796,7 +797,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     for (const auto& g : geo) used[g.file] = 1;
     out.stats.files = static_cast<std::size_t>(std::count(used.begin(), used.end(), 1));
     out.stats.requests = reader.requests();
-    out.stats.first_read_seconds = std::max(0.0, first_read);  // 0 where the open issued them
+    out.stats.first_read_seconds = std::max(0.0, first_read);
     out.stats.peak_temp_bytes = hold_bytes;
     out.stats.device_temp_bytes = device_temp;
     out.stats.budget_peak_bytes = budget.peak();
@@ -826,7 +827,6 @@ checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources
     checkpoint_load l = load_with(c, o, &early);
     l.stats.open_seconds = open_seconds;
     l.stats.headers_seconds = headers;
-    if (early.started() && l.stats.first_read_seconds == 0) l.stats.first_read_seconds = early.first_read;
     free_aside(std::move(c));
     return l;
 }
