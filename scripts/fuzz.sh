@@ -7,7 +7,8 @@
 #
 #   FUZZ_SECONDS=10 scripts/fuzz.sh              every target for 10 s
 #   FUZZ_TARGETS="npy_header_fuzz" scripts/fuzz.sh  one target
-#   FUZZ_BUILD=build-fuzz JOBS=2                  where to build, how wide
+#   FUZZ_BUILD=build-fuzz JOBS=2                  where to build, how wide (and how many
+#                                                 targets fuzz side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -44,31 +45,54 @@ seed() {  # seed $target $dir: what the target starts from
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-summary=()
-for t in $targets; do
-    bin="$build/tests/fuzz/$t"
-    corpus="$work/$t"
-    artifacts="$root/$build/artifacts/$t"
+# One target: its regressions once, then FUZZ_SECONDS of fuzzing; its summary line in
+# $work/$t.summary. Runs in the background beside another (each fuzzer is one process on one
+# core: JOBS of them side by side take the time of one).
+run_target() {
+    local t=$1
+    local bin="$build/tests/fuzz/$t"
+    local corpus="$work/$t"
+    local artifacts="$root/$build/artifacts/$t"
     mkdir -p "$corpus" "$artifacts"
     seed "$t" "$corpus"
-    dict=()
+    local dict=()
     [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
     echo "fuzz: $t for ${seconds} s ($(ls "$corpus" | wc -l) seeds)"
-    log="$work/$t.log"
+    local log="$work/$t.log"
     # The known regressions first, each once: a fixed bug must stay fixed.
     if [ -d "tests/fuzz/regressions/$t" ]; then
-        "$bin" -runs=0 "tests/fuzz/regressions/$t"/* >"$log" 2>&1 || { cat "$log"; echo "fuzz: $t: a regression input fails again" >&2; exit 1; }
+        "$bin" -runs=0 "tests/fuzz/regressions/$t"/* >"$log" 2>&1 || { cat "$log"; echo "fuzz: $t: a regression input fails again" >&2; return 1; }
     fi
     if ! "$bin" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
             -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$artifacts/" \
             "$corpus" >"$log" 2>&1; then
         tail -n 60 "$log"
         echo "fuzz: $t FAILED; the input is in $artifacts/ (reproduce: $bin <input>)" >&2
-        exit 1
+        return 1
     fi
+    local runs cov
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-    summary+=("$t: ${runs:-?} executions, coverage ${cov:-?} edges, corpus $(ls "$corpus" | wc -l)")
+    echo "$t: ${runs:-?} executions, coverage ${cov:-?} edges, corpus $(ls "$corpus" | wc -l)" >"$work/$t.summary"
+}
+
+failed=0
+running=0
+for t in $targets; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    [ "$failed" = 0 ] || break
+    run_target "$t" &
+    running=$((running + 1))
 done
+while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+[ "$failed" = 0 ] || { echo "fuzz: a target failed (above)" >&2; exit 1; }
+summary=()
+for t in $targets; do summary+=("$(cat "$work/$t.summary")"); done
 echo "fuzz: all targets clean ($(( $(date +%s) - start )) s in all)"
 printf '  %s\n' "${summary[@]}"
