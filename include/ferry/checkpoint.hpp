@@ -255,6 +255,11 @@ struct checkpoint_stats {
     /// open_and_load_checkpoint: from the start of the open until every shard's header was read
     /// (a load of every tensor whole issues its reads then); 0 where the open did not say.
     double headers_seconds = 0;
+    /// What the reads waited for: "listing" (open_and_load_checkpoint of a local folder's index:
+    /// the shard files its listing names, read before the index was parsed), "headers" (every
+    /// shard's header read, while the open merged their tensors), "open" (a whole load of an
+    /// open checkpoint: before the plan), "plan" (any other load: after the plan).
+    std::string reads_began;
     std::uint64_t peak_temp_bytes = 0; ///< this load's largest hold on the memory budget
     std::uint64_t device_temp_bytes = 0; ///< of which device memory (GPU conversions)
     std::uint64_t budget_peak_bytes = 0; ///< the process-wide budget's peak so far

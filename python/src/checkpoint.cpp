@@ -391,6 +391,7 @@ nb::tuple load(const std::vector<std::string>& sources, const std::string& devic
     stats["import_seconds"] = import_seconds;
     stats["first_read_seconds"] = l.stats.first_read_seconds;
     stats["headers_seconds"] = l.stats.headers_seconds;
+    stats["reads_began"] = l.stats.reads_began;
     stats["peak_temp_bytes"] = l.stats.peak_temp_bytes;
     stats["device_temp_bytes"] = l.stats.device_temp_bytes;
     stats["budget_peak_bytes"] = l.stats.budget_peak_bytes;

@@ -47,10 +47,14 @@ def ckpt(tmp_path):
 def test_loads_hub_sharded_checkpoint_byte_exact(ckpt):
     folder, sd = ckpt
     ref = reference(folder)
-    for src in (folder, os.path.join(folder, "model.safetensors.index.json"),
-                os.path.join(folder, "model-*.safetensors"),
-                sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))):
+    # The folder and its index: the shards huggingface_hub named are read from the folder's
+    # listing before the index is parsed; a glob or a list of files, once their headers are in.
+    for src, began in ((folder, "listing"), (os.path.join(folder, "model.safetensors.index.json"), "listing"),
+                       (os.path.join(folder, "model-*.safetensors"), "headers"),
+                       (sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors")),
+                        "headers")):
         got = ferry.load_checkpoint(src)
+        assert got.stats["reads_began"] == began, src
         assert list(got) == sorted(ref)
         for k, v in ref.items():
             assert got[k].dtype == v.dtype and got[k].shape == v.shape

@@ -488,20 +488,27 @@ checkpoint open_remote(const std::string& source, const checkpoints::shards_read
     return open_files({source}, source, on_read);
 }
 
+// The index a local folder holds: its model.safetensors.index.json, else its one
+// *.safetensors.index.json; "" where it has none, `many` set where it has several.
+std::string folder_index(const fs::path& dir, std::size_t* many = nullptr) {
+    std::error_code ec;
+    if (fs::is_regular_file(dir / index_name, ec)) return (dir / index_name).string();
+    std::vector<std::string> indexes = expand_glob((dir / "*.safetensors.index.json").string());
+    if (many) *many = indexes.size();
+    return indexes.size() == 1 ? indexes[0] : std::string();
+}
+
 }  // namespace
 
 checkpoint checkpoints::open_checkpoint(const std::string& source, const shards_read& on_read) {
     if (is_url(source)) return open_remote(source, on_read);
     std::error_code ec;
     if (fs::is_directory(source, ec)) {
-        fs::path dir(source);
-        if (fs::is_regular_file(dir / index_name, ec)) return open_index((dir / index_name).string(), source, on_read);
-        std::vector<std::string> indexes = expand_glob((dir / "*.safetensors.index.json").string());
-        if (indexes.size() == 1) return open_index(indexes[0], source, on_read);
-        if (indexes.size() > 1)
-            throw checkpoint_error(source, "", "holds " + std::to_string(indexes.size()) +
-                                                   " index files: name the one to load");
-        return open_files(expand_glob((dir / "*.safetensors").string()), source, on_read);
+        std::size_t indexes = 0;
+        if (std::string index = folder_index(source, &indexes); !index.empty()) return open_index(index, source, on_read);
+        if (indexes > 1)
+            throw checkpoint_error(source, "", "holds " + std::to_string(indexes) + " index files: name the one to load");
+        return open_files(expand_glob((fs::path(source) / "*.safetensors").string()), source, on_read);
     }
     if (source.size() > 5 && source.ends_with(".json")) return open_index(source, source, on_read);
     if (has_glob_chars(source) && !fs::exists(source, ec)) {
@@ -510,6 +517,62 @@ checkpoint checkpoints::open_checkpoint(const std::string& source, const shards_
         return open_files(std::move(files), source, on_read);
     }
     return open_files({source}, source, on_read);
+}
+
+std::vector<std::string> checkpoints::likely_shards(const std::string& source) {
+    if (is_url(source)) return {};
+    std::error_code ec;
+    std::string index;
+    if (fs::is_directory(source, ec)) index = folder_index(source);
+    else if (source.size() > 5 && source.ends_with(".safetensors.index.json")) index = source;
+    if (index.empty()) return {};
+    const fs::path dir = fs::path(index).parent_path();
+    const std::string name = fs::path(index).filename().string();
+    const std::string stem = name.substr(0, name.size() - std::strlen(".safetensors.index.json"));
+    // stem-[tag-]<k>-of-<count>.safetensors (a save beside an earlier one tags its names), one
+    // tag and count for all, each k of 1..count once.
+    std::vector<std::pair<std::uint64_t, std::string>> found;
+    std::optional<std::pair<std::string, std::uint64_t>> kind;  // the tag and the count
+    std::uint64_t count = 0;
+    auto number = [](std::string_view digits, std::uint64_t& v) {
+        if (digits.empty() || digits.size() > 9) return false;
+        v = 0;
+        for (char c : digits) {
+            if (c < '0' || c > '9') return false;
+            v = v * 10 + static_cast<std::uint64_t>(c - '0');
+        }
+        return true;
+    };
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string f = it->path().filename().string();
+        constexpr std::string_view tail = ".safetensors";
+        if (f.size() <= stem.size() + 1 + tail.size() || !f.starts_with(stem + "-") || !f.ends_with(tail)) continue;
+        const std::string_view mid(f.data() + stem.size() + 1, f.size() - stem.size() - 1 - tail.size());
+        const std::size_t of = mid.rfind("-of-");
+        if (of == std::string_view::npos) continue;
+        const std::string_view left = mid.substr(0, of);
+        const std::size_t dash = left.rfind('-');
+        const std::string_view tag = dash == std::string_view::npos ? std::string_view() : left.substr(0, dash);
+        std::uint64_t k = 0, n = 0;
+        if (!number(left.substr(dash == std::string_view::npos ? 0 : dash + 1), k) || !number(mid.substr(of + 4), n))
+            continue;
+        if (k == 0 || k > n) return {};
+        if (!kind) kind.emplace(std::string(tag), n);
+        else if (kind->first != tag || kind->second != n) return {};  // two saves' shards, or two counts
+        count = n;
+        found.emplace_back(k, f);
+    }
+    if (ec || found.empty() || found.size() != count) return {};
+    std::sort(found.begin(), found.end());
+    for (std::size_t i = 0; i < found.size(); ++i)
+        if (found[i].first != i + 1) return {};
+    // The open reads an index's shards in the order of their names.
+    std::vector<std::string> names;
+    for (auto& [k, f] : found) names.push_back(std::move(f));
+    std::sort(names.begin(), names.end());
+    std::vector<std::string> paths;
+    for (const auto& f : names) paths.push_back((dir / f).string());
+    return paths;
 }
 
 checkpoint checkpoints::open_checkpoint(const std::vector<std::string>& files, const shards_read& on_read) {

@@ -30,6 +30,7 @@
 #include "cuda/strided_copy.hpp"
 #include "ferry/checkpoint.hpp"
 #include "ferry/error.hpp"
+#include "ferry/file.hpp"
 #include "stop.hpp"
 
 namespace ferry {
@@ -266,13 +267,31 @@ struct whole_shards {
         });
     }
 
-    /// Whether both place every shard's range alike.
-    bool same_as(const whole_shards& w) const {
-        if (!usable || !w.usable || total != w.total || regions.size() != w.regions.size()) return false;
-        for (std::size_t s = 0; s < regions.size(); ++s)
-            if (regions[s].lo != w.regions[s].lo || regions[s].hi != w.regions[s].hi || regions[s].at != w.regions[s].at)
-                return false;
+    /// Whether every shard's range of `w` lies within this one's (reads of these serve w's
+    /// tensors, placed by this layout).
+    bool covers(const whole_shards& w) const {
+        if (!usable || !w.usable || regions.size() != w.regions.size()) return false;
+        for (std::size_t s = 0; s < regions.size(); ++s) {
+            const region &mine = regions[s], &theirs = w.regions[s];
+            if (theirs.hi != theirs.lo && (theirs.lo < mine.lo || theirs.hi > mine.hi)) return false;
+        }
         return true;
+    }
+
+    /// Each shard's bytes after its header, [data_offset, file size), laid out as of_tensors()
+    /// lays out tensors' ranges: what a shard's header alone (its first 8 bytes) tells.
+    static whole_shards of_data(const std::vector<std::uint64_t>& data_offsets, const std::vector<std::uint64_t>& sizes) {
+        whole_shards w;
+        w.regions.resize(sizes.size());
+        for (std::size_t s = 0; s < sizes.size(); ++s) {
+            region& r = w.regions[s];
+            r.lo = data_offsets[s];
+            r.hi = sizes[s];
+            r.at = align_like(w.total, r.lo);
+            w.total = r.at + (r.hi - r.lo);
+        }
+        w.usable = true;
+        return w;
     }
 
     /// The regions of tensors that each(add) gives as add(shard, file offset, bytes).
@@ -638,18 +657,70 @@ public:
     early_reads& operator=(const early_reads&) = delete;
     ~early_reads() { drain(); }
 
+    /// Reads started before the open parses the index, from the files its folder's listing
+    /// names (likely_shards): each file's bytes after its header, which the file's first 8
+    /// bytes size. start() keeps them where the headers then name the same files, unchanged,
+    /// with every tensor inside those bytes; otherwise they are waited for and dropped. A file
+    /// that cannot be opened or read here is left to the open, which reports it.
+    void guess(const std::vector<std::string>& paths, const checkpoint_load_options& o, clock_type::time_point t0) {
+        if (paths.empty() || !whole_shards::whole_load(o)) return;
+        std::vector<checkpoint_shard> shards(paths.size());
+        std::vector<std::uint64_t> data_offsets(paths.size()), sizes(paths.size());
+        try {
+            for (std::size_t i = 0; i < paths.size(); ++i) {
+                file f(paths[i], open_mode::read);
+                const std::uint64_t size = f.size();
+                unsigned char head[8];
+                if (size < sizeof head || f.read(head, sizeof head, 0) != sizeof head) return;
+                std::uint64_t n = 0;
+                for (int b = 7; b >= 0; --b) n = (n << 8) | head[b];  // little-endian u64: the header's length
+                if (n > size - sizeof head) return;
+                shards[i].path = paths[i];
+                shards[i].file_size = size;
+                shards[i].version = f.version();
+                data_offsets[i] = sizeof head + n;
+                sizes[i] = size;
+            }
+            whole_shards w = whole_shards::of_data(data_offsets, sizes);
+            if (w.total == 0) return;
+            reader.emplace(shards, o.where);
+            block = make_block(w.total, o);
+            whole = std::move(w);
+            direct = whole.batches(static_cast<unsigned char*>(block.data()));
+            guessed = std::move(shards);
+            submitting = submit_aside(*reader, direct.requests, first_read, t0);
+            began = "listing";
+        } catch (...) {
+            drain();
+            reset();
+        }
+    }
+
     void start(const std::vector<checkpoint_shard>& shards, const checkpoint_load_options& o, clock_type::time_point t0) {
-        drain();  // an open that tried one way, then another, may call this twice
-        reader.reset();
+        if (guess_holds(shards, o)) return;
+        drain();  // a guess that missed, or an open that tried one way, then another
+        reset();
         whole = whole_shards::of(shards, o);
         if (!whole.usable) return;
         reader.emplace(shards, o.where);
         block = make_block(std::max<std::uint64_t>(whole.total, 1), o);
         direct = whole.batches(static_cast<unsigned char*>(block.data()));
         submitting = submit_aside(*reader, direct.requests, first_read, t0);
+        began = "headers";
     }
 
     bool started() const noexcept { return reader.has_value(); }
+
+    /// Whether the guessed reads serve the shards the headers describe: the same files in the
+    /// same order, unchanged since, each shard's tensors inside its bytes read.
+    bool guess_holds(const std::vector<checkpoint_shard>& shards, const checkpoint_load_options& o) const {
+        if (guessed.empty() || guessed.size() != shards.size()) return false;
+        for (std::size_t i = 0; i < shards.size(); ++i)
+            if (guessed[i].path != shards[i].path || guessed[i].file_size != shards[i].file_size ||
+                guessed[i].version != shards[i].version || shards[i].header.data_offset != whole.regions[i].lo)
+                return false;
+        return whole.covers(whole_shards::of(shards, o));
+    }
 
     /// Waits for every read issued and drops them.
     void drain() noexcept {
@@ -666,8 +737,22 @@ public:
     std::optional<range_reader> reader;
     array block;
     direct_batches direct;
+    std::vector<checkpoint_shard> guessed;  ///< the files guess() read, as it saw them
+    const char* began = "";                 ///< "listing" or "headers": what started the reads
     double first_read = 0;  ///< seconds from the start of the open
     std::future<std::vector<range_batch>> submitting;
+
+private:
+    /// After drain(): nothing started.
+    void reset() {
+        submitting = {};
+        direct = {};
+        block = array();
+        reader.reset();
+        whole = {};
+        guessed.clear();
+        began = "";
+    }
 };
 
 /// Frees a checkpoint of many tensors on a thread of its own: the names and shapes of 50,000
@@ -686,8 +771,10 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     auto t0 = clock_type::now();
     memory_budget& budget = memory_budget::global();
     const whole_shards whole = whole_shards::of(c, o);
-    const bool ahead = early && early->started() && early->whole.same_as(whole);
+    const bool ahead = early && early->started() && early->whole.covers(whole);
     if (early && !ahead) early->drain();
+    // Where the early reads go on, their layout places the tensors.
+    const whole_shards& layout = ahead ? early->whole : whole;
     std::optional<range_reader> own_reader;
     if (!ahead) own_reader.emplace(c.shards, o.where);
     range_reader& reader = ahead ? *early->reader : *own_reader;
@@ -713,7 +800,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     const auto& geo = d.tensors;
     const std::size_t n = plans.size();
 
-    if (whole.usable) lay.at = whole.places(geo);
+    if (whole.usable) lay.at = layout.places(geo);
     else lay = lay_out_block(geo, o);
     auto dst_of = [&](std::size_t i) -> unsigned char* {
         return geo[i].into ? static_cast<unsigned char*>(geo[i].into->data())
@@ -743,7 +830,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     done.failed.assign(n, 0);
     done.total_bytes = d.plan.bytes_read;
     done.report = &o.progress;
-    if (whole.usable) whole.serve(direct, geo);
+    if (whole.usable) layout.serve(direct, geo);
     else direct = batch_direct_reads(plans, geo, dst_of);
     for (const auto& ts : direct.tensors)
         for (std::size_t t : ts) ++done.left[t];
@@ -769,6 +856,7 @@ checkpoint_load load_with(const checkpoint& c, const checkpoint_load_options& o,
     }
     if (submitting.valid()) direct_inflight = submitting.get();
     if (ahead) first_read = early->first_read;  // counted from the start of the open, set by its submitter
+    out.stats.reads_began = ahead ? early->began : whole.usable ? "open" : "plan";
     const auto [hold_bytes, device_temp] = staged.run(d, budget);
     load_verifier verifier(c, d, dst_of, o);  // checkpoint/verify_load.cpp
     for (std::size_t b = 0; b < direct_inflight.size(); ++b) {
@@ -815,6 +903,7 @@ checkpoint_load open_and_load_checkpoint(const std::vector<std::string>& sources
                                          const std::function<void(const checkpoint&)>& opened) {
     const auto t0 = clock_type::now();
     early_reads early;  // outlives the checkpoint and the load: its reads are waited for first
+    if (sources.size() == 1) early.guess(checkpoints::likely_shards(sources[0]), o, t0);
     double headers = 0;
     auto on_read = [&](const std::vector<checkpoint_shard>& shards) {
         headers = seconds_since(t0);
