@@ -13,6 +13,7 @@
 
 #include "ferry/error.hpp"
 #include "ferry/formats.hpp"
+#include "ferry/memory.hpp"
 
 namespace ferry {
 
@@ -113,6 +114,10 @@ struct FERRY_EXPORT whole_files_options {
 struct FERRY_EXPORT whole_files {
     std::vector<array> blocks;
     std::vector<whole_file> files;          ///< in the order of the list
+    /// read_whole_files_to_device: the pinned blocks the call made, and those it took again
+    /// once their earlier copy was done (from this call or an earlier one).
+    std::uint64_t pinned_made = 0;
+    std::uint64_t pinned_reused = 0;
 };
 
 /// Reads each file of `paths` whole (one open, fstat, pread and close each; no plan, no
@@ -123,5 +128,35 @@ struct FERRY_EXPORT whole_files {
 /// where they lie. A stop_scope around the call stops it (interrupted_error).
 FERRY_EXPORT whole_files read_whole_files(const std::vector<std::string>& paths,
                                           const whole_files_options& options = {});
+
+/// Where read_whole_files_to_device puts the files' bytes.
+struct FERRY_EXPORT whole_files_device_options {
+    int device = 0;
+    /// The stream the copies, byte swaps and transposes run on; none: one of ferry's own.
+    std::optional<stream_t> stream;
+    /// Device memory (uint8, on `device`, usable on `stream`) of at least `bytes` for the files,
+    /// from the caller's pool; memory of ferry's own (cudaMalloc) where empty. Called from the
+    /// reading threads, one call at a time, once per arena_bytes of files (or a larger block).
+    std::function<array(std::uint64_t bytes)> allocate;
+    std::uint64_t arena_bytes = 64ull << 20;
+    /// Called on a reading thread, one call at a time, once the files of a block (`files`, as
+    /// whole_files_options::on_block gives them) have their places in GPU memory: `block` is
+    /// that memory, their arrays' offsets count from its start, and each is described native
+    /// and C-ordered. Their bytes may still be in flight on `stream` until the call returns.
+    std::function<void(const array& block, const std::vector<std::size_t>& files, const std::vector<whole_file>& all)>
+        on_block;
+};
+
+/// read_whole_files into GPU memory. Each block is read into pinned memory (blocks kept from
+/// call to call, taken again once their copy is done) and copied to its place in device memory
+/// as soon as it is complete, on its reading thread, while later blocks are read; there its
+/// big-endian arrays are swapped and its Fortran-ordered ones transposed in place, so that
+/// every array comes back native and C-ordered. Returns once every byte is in place (the
+/// stream synchronized): whole_files::blocks are then the device places of the blocks.
+/// options.allocate and options.on_block are not used (device's serve). Throws cuda_error
+/// where there is no GPU; a block whose copy failed fails its files.
+FERRY_EXPORT whole_files read_whole_files_to_device(const std::vector<std::string>& paths,
+                                                    const whole_files_options& options,
+                                                    const whole_files_device_options& device);
 
 }  // namespace ferry

@@ -331,8 +331,8 @@ def load_many(paths: Iterable[Any], *, device: Any = None, like: Any = None, dty
     the files are read the same way into pinned blocks, each block copied to the GPU with one
     asynchronous copy as soon as it is full, and the arrays are views of the device blocks
     (ferry._many_device). Fortran-ordered and big-endian arrays come back in C order with
-    native bytes, as :func:`ferry.load` gives them on the GPU, all made so in one batch on the
-    device. Element types the library lacks and other libraries (JAX, ``like="ferry"``) go
+    native bytes, as :func:`ferry.load` gives them on the GPU, made so on the device as their
+    block arrives. Element types the library lacks and other libraries (JAX, ``like="ferry"``) go
     through :func:`ferry.load` one by one, with the same results.
 
     ``errors="raise"`` (default) raises the error of the first file that fails (a missing,

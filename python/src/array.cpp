@@ -30,6 +30,22 @@ namespace {
 
 using namespace nb::literals;
 
+void dltensor_capsule_destructor(PyObject* cap);
+
+}  // namespace
+
+nb::object dlpack_capsule(const array& a) {
+    dlpack::DLManagedTensor* t = a.to_dlpack();
+    PyObject* cap = PyCapsule_New(t, "dltensor", dltensor_capsule_destructor);
+    if (!cap) {
+        t->deleter(t);
+        throw nb::python_error();
+    }
+    return nb::steal(cap);
+}
+
+namespace {
+
 // DLPack's rule: the capsule's destructor frees the tensor only if no consumer took it (a
 // consumer renames the capsule to "used_dltensor" and calls the deleter itself).
 void dltensor_capsule_destructor(PyObject* cap) {
@@ -107,12 +123,7 @@ nb::object dlpack_export(const array& self, nb::object stream, nb::object max_ve
             throw nb::python_error();
         }
     } else {
-        dlpack::DLManagedTensor* t = a.to_dlpack();
-        cap = PyCapsule_New(t, "dltensor", dltensor_capsule_destructor);
-        if (!cap) {
-            t->deleter(t);
-            throw nb::python_error();
-        }
+        return dlpack_capsule(a);
     }
     return nb::steal(cap);
 }

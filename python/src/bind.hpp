@@ -60,6 +60,10 @@ std::shared_ptr<const void> hold_python(nb::object o);
 /// "cpu", "pinned" or "cuda:N": the device string the Python layer uses.
 std::string device_string(const placement& p);
 
+/// A DLPack capsule ("dltensor", the form every consumer takes) sharing `a`'s memory, which
+/// must be in native byte order (array.cpp).
+nb::object dlpack_capsule(const array& a);
+
 /// A shape as a Python tuple of ints (array.cpp).
 nb::object shape_tuple(const std::vector<std::int64_t>& shape);
 
@@ -71,6 +75,13 @@ nb::dict stats_dict(const io_stats& s);
 /// handlers run every 20 ms. A handler's exception (KeyboardInterrupt) stops the work, waits for
 /// its end and is raised; the work's own exception is rethrown. Called with the GIL held.
 void run_interruptible(const std::function<void()>& work);
+
+/// run_interruptible where the caller also runs `step` (with the GIL) each time the work calls
+/// the `wake` it is handed (from any thread), and once more after the work ended: the work's
+/// results become Python objects while it goes on. A step that throws stops the work, waits
+/// for its end and is rethrown.
+void run_interruptible_stepping(const std::function<void(const std::function<void()>& wake)>& work,
+                                const std::function<void()>& step);
 
 /// run_interruptible for work with a result.
 template <class F>

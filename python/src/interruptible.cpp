@@ -17,30 +17,44 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ferry/stop.hpp"
 
 namespace ferry::python {
 
 void run_interruptible(const std::function<void()>& work) {
+    run_interruptible_stepping([&](const std::function<void()>&) { work(); }, [] {});
+}
+
+void run_interruptible_stepping(const std::function<void(const std::function<void()>& wake)>& work,
+                                const std::function<void()>& step) {
     // Only the main thread runs signal handlers: elsewhere a plain call, without the thread.
     static const unsigned long main_ident =
         nb::cast<unsigned long>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
     if (PyThread_get_thread_ident() != main_ident) {
-        nb::gil_scoped_release nogil;
-        work();
+        {
+            nb::gil_scoped_release nogil;
+            work([] {});
+        }
+        step();
         return;
     }
     stop_source stop;
     std::mutex m;
     std::condition_variable cv;
-    bool done = false;
+    bool done = false, woken = false;
     std::exception_ptr error;
+    auto wake = [&] {
+        std::lock_guard lock(m);
+        woken = true;
+        cv.notify_all();
+    };
     std::thread worker([&] {
         {
             stop_scope scope(stop);
             try {
-                work();
+                work(wake);
             } catch (...) {
                 error = std::current_exception();
             }
@@ -49,19 +63,36 @@ void run_interruptible(const std::function<void()>& work) {
         done = true;
         cv.notify_all();
     });
+    auto stop_and_wait = [&] {
+        stop.request_stop();
+        nb::gil_scoped_release nogil;
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return done; });
+    };
     bool interrupted = false;
+    std::exception_ptr step_error;
     for (;;) {
+        bool finished = false, stepping = false;
         {
             nb::gil_scoped_release nogil;
             std::unique_lock lock(m);
-            if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done; })) break;
+            cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done || woken; });
+            finished = done;
+            stepping = std::exchange(woken, false);
+        }
+        if (finished) break;
+        if (stepping) {
+            try {
+                step();
+            } catch (...) {
+                step_error = std::current_exception();
+                stop_and_wait();
+                break;
+            }
         }
         if (PyErr_CheckSignals() != 0) {
             interrupted = true;
-            stop.request_stop();
-            nb::gil_scoped_release nogil;
-            std::unique_lock lock(m);
-            cv.wait(lock, [&] { return done; });
+            stop_and_wait();
             break;
         }
     }
@@ -70,7 +101,9 @@ void run_interruptible(const std::function<void()>& work) {
         worker.join();
     }
     if (interrupted) throw nb::python_error();  // the handler's exception, set by PyErr_CheckSignals
+    if (step_error) std::rethrow_exception(step_error);
     if (error) std::rethrow_exception(error);
+    step();
 }
 
 }  // namespace ferry::python

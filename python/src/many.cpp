@@ -1,8 +1,8 @@
 // Many small files from Python (ferry/_many.py): ferry::read_whole_files reads and parses them
 // on the library's threads, without the GIL, and here their arrays become numpy views of the
-// blocks in one loop (host loads) or places in the blocks (GPU loads, viewed by the Python layer
-// after the blocks' copies); then the arrays a GPU library cannot view as they lie (big-endian,
-// Fortran order) are made native and C-ordered on the device in one batch.
+// blocks in one loop (host loads); ferry::read_whole_files_to_device puts them in GPU memory,
+// native and C-ordered, and here they become the caller's library's arrays through DLPack
+// capsules, block by block while later blocks are read (GPU loads, ferry/_many_device.py).
 #include <Python.h>
 
 #include <nanobind/stl/optional.h>
@@ -10,7 +10,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -157,30 +160,109 @@ nb::tuple read_files(const std::vector<std::string>& paths, std::optional<std::s
     return dtype_of.is_none() ? places(got, !on_block.is_none()) : host_views(got, dtype_of);
 }
 
-/// The arrays a GPU library cannot view as they lie, made native and C-ordered on the device
-/// in one batch: each item (block index, dtype, byte order, fortran, shape, offset) of the
-/// device blocks (uint8 GPU arrays of the caller's library, written by this call only) becomes
-/// an Array: swapped in place where only the byte order differs, transposed into memory of
-/// ferry's own where the layout does.
-std::vector<array> native_c(const std::vector<nb::object>& blocks,
-                            const std::vector<std::tuple<std::size_t, std::string, std::string, bool,
-                                                         std::vector<std::int64_t>, std::uint64_t>>& items) {
-    std::vector<array> mem;
-    mem.reserve(blocks.size());
-    for (const auto& b : blocks)
-        mem.push_back(as_array(import_memory(b, true), typed_order{dtype::uint8, native_byte_order}));
-    std::vector<array> in;
-    in.reserve(items.size());
-    for (const auto& [b, type, order, fortran, shape, offset] : items) {
-        if (b >= mem.size()) throw usage_error("native_c: block " + std::to_string(b) + " out of range");
-        typed_order t{parse_dtype(type).type, order == ">" ? byte_order::big : byte_order::little};
-        if (offset + element_count(shape, size_of(t.type)) * size_of(t.type) > mem[b].nbytes())
-            throw usage_error("native_c: an array ends past its block");
-        in.emplace_back(mem[b].owner(), static_cast<unsigned char*>(mem[b].data()) + offset, t.type, shape,
-                        mem[b].where(), fortran ? storage_order::fortran : storage_order::c, t.order);
+/// read_whole_files_to_device from Python: the files read into pinned blocks, copied and made
+/// native and C-ordered on the device by the library's threads, and each file's arrays made
+/// into the caller's library's arrays on this thread as their block's copy is queued, while
+/// later blocks are read. `allocate(nbytes)` gives device memory of the caller's library (used
+/// on `stream`, a CUDA stream handle, where the copies run), `viewable(dtype name)` says whether
+/// the library takes that element type, `make(capsule)` makes an array from a DLPack capsule
+/// of one array's place. Returns (results, later, stats) as read_whole_files does without
+/// dtype_of: `later` lists the files left None (failed, needing ferry.load, of a type the
+/// library lacks, or not aligned to their items).
+nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optional<std::string> raw_dtype,
+                               std::optional<std::vector<std::int64_t>> raw_shape, unsigned threads,
+                               bool stop_at_failure, int device, std::optional<std::uintptr_t> stream,
+                               nb::object allocate, nb::object viewable, nb::object make) {
+    whole_files_options o;
+    if (raw_dtype) o.raw_type = parse_dtype(*raw_dtype).type;
+    o.raw_shape = std::move(raw_shape);
+    o.threads = threads;
+    o.stop_at_failure = stop_at_failure;
+    whole_files_device_options d;
+    d.device = device;
+    if (stream) d.stream = reinterpret_cast<stream_t>(*stream);
+    if (!allocate.is_none()) {
+        d.allocate = [&allocate](std::uint64_t bytes) {
+            nb::gil_scoped_acquire gil;
+            return as_array(import_memory(allocate(bytes), true), typed_order{dtype::uint8, native_byte_order});
+        };
     }
-    nb::gil_scoped_release nogil;
-    return to_native_c_many(in);
+    // Blocks whose files have their places, queued by the reading threads for this thread.
+    std::mutex m;
+    std::vector<std::pair<array, std::vector<std::size_t>>> ready;
+    const std::vector<whole_file>* all = nullptr;
+    std::function<void()> wake_up;
+    d.on_block = [&](const array& block, const std::vector<std::size_t>& files, const std::vector<whole_file>& a) {
+        {
+            std::lock_guard lock(m);
+            all = &a;
+            ready.emplace_back(block, files);
+        }
+        wake_up();
+    };
+    const std::size_t n = paths.size();
+    nb::list results;
+    for (std::size_t i = 0; i < n; ++i) results.append(nb::none());
+    std::vector<bool> made(n, false);
+    std::map<dtype, bool> takes;
+    double view_seconds = 0;
+    auto step = [&] {
+        std::vector<std::pair<array, std::vector<std::size_t>>> batch;
+        {
+            std::lock_guard lock(m);
+            batch.swap(ready);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const auto& [block, files] : batch) {
+            auto* base = static_cast<unsigned char*>(block.data());
+            for (std::size_t i : files) {
+                const whole_file& f = (*all)[i];
+                if (!placeable(f)) continue;
+                bool ok = true;
+                for (const auto& a : f.arrays) {
+                    auto it = takes.find(a.type.type);
+                    if (it == takes.end())
+                        it = takes.emplace(a.type.type, nb::cast<bool>(viewable(std::string(to_string(a.type.type))))).first;
+                    if (!it->second || a.offset % size_of(a.type.type) != 0) ok = false;
+                }
+                if (!ok) continue;
+                auto value = [&](const whole_file_array& a) {
+                    return make(dlpack_capsule(array(block.owner(), base + a.offset, a.type.type, a.shape, block.where())));
+                };
+                if (f.format == file_format::safetensors) {
+                    nb::dict out;
+                    for (const auto& a : f.arrays) out[nb::str(a.name.data(), a.name.size())] = value(a);
+                    results[i] = out;
+                } else {
+                    results[i] = value(f.arrays.front());
+                }
+                made[i] = true;
+            }
+        }
+        view_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    whole_files got;
+    const auto t0 = std::chrono::steady_clock::now();
+    run_interruptible_stepping(
+        [&](const std::function<void()>& wake) {
+            wake_up = wake;
+            got = read_whole_files_to_device(paths, o, d);
+        },
+        step);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<std::size_t> later;
+    for (std::size_t i = 0; i < n; ++i)
+        if (!made[i] || got.files[i].error) {
+            results[i] = nb::none();
+            later.push_back(i);
+        }
+    nb::dict stats;
+    stats["seconds"] = seconds;
+    stats["views_while_reading"] = view_seconds;
+    stats["blocks"] = got.blocks.size();
+    stats["pinned_made"] = got.pinned_made;
+    stats["pinned_reused"] = got.pinned_reused;
+    return nb::make_tuple(results, later, stats);
 }
 
 }  // namespace
@@ -198,9 +280,15 @@ void bind_many(nb::module_& m) {
           "(pinned, for a GPU load) and `on_block(b, [(file, place), ...])` is called once block b\n"
           "is complete, with the place of each of its files (None: a file for ferry.load); with\n"
           "on_block the results hold None for them, their places having gone there.");
-    m.def("native_c_on_device", &native_c, "blocks"_a, "items"_a,
-          "Arrays of the GPU `blocks` at (block, dtype, order, fortran, shape, offset), made native\n"
-          "and C-ordered on the device in one batch (ferry::to_native_c_many).");
+    m.def("read_whole_files_to_device", &read_files_to_device, "paths"_a, "raw_dtype"_a = nb::none(),
+          "raw_shape"_a = nb::none(), "threads"_a = 0, "stop_at_failure"_a = true, "device"_a = 0,
+          "stream"_a = nb::none(), "allocate"_a = nb::none(), "viewable"_a, "make"_a,
+          "Reads every file of `paths` whole into GPU memory `device` (ferry::read_whole_files_to_device:\n"
+          "pinned blocks copied on `stream` as they complete, arrays made native and C-ordered there)\n"
+          "and returns (results, later, stats): each result is what ferry.load gives, made by\n"
+          "`make(capsule)` from a DLPack capsule of each array while later files are read; `later` lists\n"
+          "the files left None (failed, needing ferry.load, of a type `viewable(name)` refuses, or not\n"
+          "aligned to their items). `allocate(nbytes)` gives the device memory (uint8, used on `stream`).");
 }
 
 }  // namespace ferry::python

@@ -18,6 +18,7 @@
 
 #include "formats/npy_header.hpp"
 #include "formats/safetensors_header.hpp"
+#include "formats/whole_files_stage.hpp"
 #include "os/owned_fd.hpp"
 #include "os/posix_io.hpp"
 #include "os/sys.hpp"
@@ -165,6 +166,7 @@ struct shared_state {
     const std::vector<std::string>& paths;
     const whole_files_options& o;
     whole_files& out;
+    const block_stage* stage = nullptr;  ///< a GPU load's copy of each complete block
     std::mutex blocks_lock;    ///< taken to allocate and number a block
     std::mutex callback_lock;  ///< on_block calls, one at a time
     std::atomic<std::size_t> next{0};
@@ -191,16 +193,24 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
         files[i].size = static_cast<std::uint64_t>(s.st_size);
     }
     std::size_t block = 0;
+    array current;  // the block being filled, until it is handed over
     unsigned char* base = nullptr;
     std::uint64_t at = 0, end = 0;
     std::vector<std::size_t> placed;
     // A caller's on_block that throws (its copy found no memory) fails the block's files, not
     // the thread: each keeps the error.
     auto hand_over = [&] {
-        if (!placed.empty() && st.o.on_block) {
+        if (!placed.empty() && (st.stage || st.o.on_block)) {
             try {
-                std::lock_guard lock(st.callback_lock);
-                st.o.on_block(block, placed, files);
+                if (st.stage) {
+                    array staged = (*st.stage)(current, at, placed, files);
+                    std::lock_guard lock(st.blocks_lock);
+                    st.out.blocks[block] = std::move(staged);
+                }
+                if (st.o.on_block) {
+                    std::lock_guard lock(st.callback_lock);
+                    st.o.on_block(block, placed, files);
+                }
             } catch (...) {
                 for (std::size_t k : placed) {
                     files[k].arrays.clear();
@@ -210,6 +220,7 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
             }
         }
         placed.clear();
+        current = array();
     };
     for (std::size_t i = first; i < last; ++i) {
         whole_file& f = files[i];
@@ -247,6 +258,7 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
                 end = at + total;
                 base = static_cast<unsigned char*>(mem.data());
                 block = st.out.blocks.size();
+                if (st.stage) current = mem;
                 st.out.blocks.push_back(std::move(mem));
             }
             f.block = block;
@@ -276,14 +288,12 @@ void read_run(shared_state& st, std::size_t first, std::size_t last) {
     hand_over();
 }
 
-}  // namespace whole_file_reading
-
-whole_files read_whole_files(const std::vector<std::string>& paths, const whole_files_options& options) {
+whole_files read_whole_files_staged(const std::vector<std::string>& paths, const whole_files_options& options,
+                                    const block_stage& stage) {
     const std::size_t n = paths.size();
-    using namespace whole_file_reading;
     whole_files out;
     out.files.resize(n);
-    shared_state st{paths, options, out};
+    shared_state st{paths, options, out, stage ? &stage : nullptr};
     if (!options.allocate) block_pool::global().use_size(options.block_bytes + align);
     const unsigned want = options.threads ? options.threads : default_threads;
     const auto threads = static_cast<unsigned>(std::min<std::size_t>(want, n));
@@ -313,6 +323,12 @@ whole_files read_whole_files(const std::vector<std::string>& paths, const whole_
         }
     }
     return out;
+}
+
+}  // namespace whole_file_reading
+
+whole_files read_whole_files(const std::vector<std::string>& paths, const whole_files_options& options) {
+    return whole_file_reading::read_whole_files_staged(paths, options, {});
 }
 
 }  // namespace ferry

@@ -275,5 +275,71 @@ TEST(to_native_c_many, gpu_arrays) {
     check_native_c_many(placement::cuda(0));
 }
 
+// read_whole_files_to_device: every array lands in GPU memory native and C-ordered, byte for
+// byte what the file holds once made so on the host; a failure stays with its file; the
+// pinned blocks are taken again within a call and from one call to the next.
+TEST(read_whole_files_to_device, arrays_arrive_native_and_c_ordered) {
+    FERRY_REQUIRE_GPU();
+    test::temp_dir dir;
+    std::vector<std::string> paths;
+    std::vector<array> want;
+    for (int i = 0; i < 60; ++i) {
+        array a = filled(i % 3 ? dtype::float32 : (i % 2 ? dtype::uint16 : dtype::complex64), {i % 4 + 2, 5 + i % 3}, i);
+        byte_order order = i % 5 == 0 ? byte_order::big : native_byte_order;
+        storage_order layout = i % 4 == 1 ? storage_order::fortran : storage_order::c;
+        array in_file(a.owner(), a.data(), a.type(), a.shape(), placement::host(), layout, order);
+        paths.push_back(dir / ("f" + std::to_string(i) + ".npy"));
+        save_npy(paths.back(), in_file);
+        want.push_back(to_native_c(in_file));
+    }
+    paths.push_back(dir / "missing.npy");
+    save_safetensors(dir / "s.safetensors", {{"b", filled(dtype::uint8, {4}, 1)}, {"a", filled(dtype::int64, {0, 2}, 2)}});
+    paths.push_back(dir / "s.safetensors");
+    whole_files_options o;
+    o.threads = 3;
+    o.block_bytes = 1024;  // a few files a block: more blocks than threads
+    o.stop_at_failure = false;
+    whole_files_device_options d;
+    d.arena_bytes = 4096;  // several arenas
+    std::size_t handed = 0;
+    bool on_gpu = true;
+    d.on_block = [&](const array& block, const std::vector<std::size_t>& files, const std::vector<whole_file>& all) {
+        on_gpu = on_gpu && block.where().on_gpu();
+        for (std::size_t i : files) handed += !all[i].error;
+    };
+    for (int call = 0; call < 2; ++call) {
+        handed = 0;
+        whole_files got = read_whole_files_to_device(paths, o, d);
+        EXPECT_TRUE(on_gpu);
+        EXPECT_EQ(handed, paths.size() - 1);
+        EXPECT_GT(got.blocks.size(), 3u);
+        EXPECT_EQ(got.pinned_made + got.pinned_reused, got.blocks.size());
+        if (call == 1) EXPECT_GT(got.pinned_reused, 0u);  // the first call's, their copies done
+        ASSERT_TRUE(got.files[60].error);
+        EXPECT_THROW(std::rethrow_exception(got.files[60].error), system_error);
+        for (std::size_t i = 0; i < 60; ++i) {
+            const whole_file& f = got.files[i];
+            ASSERT_FALSE(f.error) << i;
+            const whole_file_array& a = f.arrays.at(0);
+            EXPECT_EQ(a.type.order, native_byte_order);
+            EXPECT_EQ(a.layout, storage_order::c);
+            EXPECT_EQ(a.shape, want[i].shape());
+            ASSERT_EQ(a.nbytes, want[i].nbytes());
+            const array& block = got.blocks[f.block];
+            ASSERT_TRUE(block.where().on_gpu());
+            std::vector<unsigned char> back(a.nbytes);
+            copy_memory(back.data(), static_cast<const unsigned char*>(block.data()) + a.offset, a.nbytes);
+            EXPECT_EQ(std::memcmp(back.data(), want[i].data(), a.nbytes), 0) << "file " << i << ", call " << call;
+        }
+        const whole_file& st = got.files[61];
+        ASSERT_EQ(st.arrays.size(), 2u);
+        std::vector<unsigned char> b(4);
+        copy_memory(b.data(), static_cast<const unsigned char*>(got.blocks[st.block].data()) + st.arrays[1].offset, 4);
+        array wb = filled(dtype::uint8, {4}, 1);
+        EXPECT_EQ(std::memcmp(b.data(), wb.data(), 4), 0);
+        EXPECT_EQ(st.arrays[0].nbytes, 0u);
+    }
+}
+
 }  // namespace
 }  // namespace ferry
