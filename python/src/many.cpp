@@ -229,14 +229,21 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
                 auto value = [&](const whole_file_array& a) {
                     return make(dlpack_capsule(array(block.owner(), base + a.offset, a.type.type, a.shape, block.where())));
                 };
-                if (f.format == file_format::safetensors) {
-                    nb::dict out;
-                    for (const auto& a : f.arrays) out[nb::str(a.name.data(), a.name.size())] = value(a);
-                    results[i] = out;
-                } else {
-                    results[i] = value(f.arrays.front());
+                // An array the library will not take as described (its import refuses it) leaves
+                // the file to ferry.load, which says what is wrong, or converts as it would.
+                try {
+                    if (f.format == file_format::safetensors) {
+                        nb::dict out;
+                        for (const auto& a : f.arrays) out[nb::str(a.name.data(), a.name.size())] = value(a);
+                        results[i] = out;
+                    } else {
+                        results[i] = value(f.arrays.front());
+                    }
+                    made[i] = true;
+                } catch (nb::python_error& e) {
+                    if (e.matches(PyExc_KeyboardInterrupt)) throw;
+                    results[i] = nb::none();  // nothing of the file is handed out
                 }
-                made[i] = true;
             }
         }
         view_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
