@@ -17,7 +17,8 @@ if [ -x .nginx/usr/sbin/nginx ] && [ -f .site/site.tar.xz ]; then
   servers=(env NGINX_ROOT=$PWD/.nginx FERRY_REQUIRE_SERVERS=1 PYTHONPATH=$PYTHONPATH:/root/test-site)
 fi
 "${servers[@]}" build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"
-timeout 200 python3 -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} 2>&1 | tail -6
+timeout 200 python3 -X faulthandler -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} >"$out/pytest.txt" 2>&1
+grep -E "^(FAILED|ERROR)|^E  |passed|failed|Fatal" "$out/pytest.txt" | tail -15
 for r in ${ROUND:-files moe many_files}; do
   case $r in
     files) timeout 200 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 ;;

@@ -190,12 +190,15 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
     // Blocks whose files have their places, queued by the reading threads for this thread.
     std::mutex m;
     std::vector<std::pair<array, std::vector<std::size_t>>> ready;
-    const std::vector<whole_file>* all = nullptr;
+    // The files' descriptions: the list's storage, which stays where it is as the result moves
+    // out of the library's call into `got` (the vector object itself does not, and the last
+    // step runs after that call has returned).
+    const whole_file* all = nullptr;
     std::function<void()> wake_up;
     d.on_block = [&](const array& block, const std::vector<std::size_t>& files, const std::vector<whole_file>& a) {
         {
             std::lock_guard lock(m);
-            all = &a;
+            all = a.data();
             ready.emplace_back(block, files);
         }
         wake_up();
@@ -216,7 +219,7 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
         for (const auto& [block, files] : batch) {
             auto* base = static_cast<unsigned char*>(block.data());
             for (std::size_t i : files) {
-                const whole_file& f = (*all)[i];
+                const whole_file& f = all[i];
                 if (!placeable(f)) continue;
                 bool ok = true;
                 for (const auto& a : f.arrays) {
