@@ -27,6 +27,12 @@ the shards beside it) and InstantTensor where it is installed: all shards in one
 its defaults (once: its O_DIRECT default reads at the disk's speed) and over the backends and
 chunk sizes of bench/peer_configs.py (every round), the best reported with its settings.
 
+Each group of readers runs in a process of its own (ferry's load; ferry's raw reads; safetensors;
+InstantTensor; the saves), the checkpoint written and read once before, libraries imported and
+the CUDA context made before any clock: what one reader leaves behind (a caching allocator
+holding gigabytes, a heap of 50,000 freed objects) never slows the next. `--one-process` runs
+them all in this one, interleaved by round, as before.
+
 Each reader's clock stops when its result is in hand (GPU work synchronized); freeing the result
 comes after, for every reader alike (ferry's is reported as "teardown").
 Per tensor: microseconds of the whole call divided by the count.
@@ -256,7 +262,7 @@ def measure(root, n, a):
         with open(p, "rb") as f:
             while f.read(1 << 24):
                 pass
-    saves = a.device == "cpu" and not a.no_save
+    saves = a.device == "cpu" and not a.no_save and chosen("ferry_save", a)
     sd = make_state(n, a) if saves else {}
     groups = shard_groups(list(sd), a.shards)
     nbytes = (lambda v: v.nbytes) if not a.moe else (lambda v: v.numel() * v.element_size())
@@ -272,7 +278,7 @@ def measure(root, n, a):
             best[key] = (seconds, dict(extra or {}))
 
     out_dir = os.path.join(root, "saves")
-    readers = loaders(files, folder, a)
+    readers = {k: v for k, v in loaders(files, folder, a).items() if chosen(k, a)}
     want = n_tensors(files)
     failed = {}
     for rnd in range(a.rounds):
@@ -321,6 +327,40 @@ def measure(root, n, a):
     return res
 
 
+# The groups of readers, one process each: a group's readers share what they compare (the
+# raw reads, safetensors' two ways, InstantTensor's configurations, the two saves).
+GROUPS = ["ferry_load,ferry_into", "ferry_raw_read,ferry_fromfile_loop", "safetensors", "instanttensor",
+          "ferry_save,safetensors_save"]
+
+
+def chosen(key, a):
+    return not a.readers or any(key.startswith(p) for p in a.readers.split(","))
+
+
+def measure_apart(n, a):
+    """measure() with each group of GROUPS in a child process of this script; their results merged."""
+    import subprocess
+    import tempfile
+    prepare(a.dir, n, a)  # written once, before any child
+    res = {}
+    for group in GROUPS:
+        if a.device != "cpu" and group.startswith("ferry_save"):
+            continue  # saves are measured on the CPU only
+        if a.readers and not any(k.startswith(p) for k in group.split(",") for p in a.readers.split(",")):
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+            args = [sys.executable, os.path.abspath(__file__), "--one-process", "--readers", group, "--json", tmp.name,
+                    "--dir", a.dir, "--tensors", str(n), "--tensor-bytes", str(a.tensor_bytes), "--shards",
+                    str(a.shards), "--rounds", str(a.rounds), "--matrices", str(a.matrices), "--matrix-bytes",
+                    str(a.matrix_bytes), "--device", a.device] + (["--moe"] if a.moe else []) + (
+                    ["--no-save"] if a.no_save else [])
+            subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+            with open(tmp.name) as f:
+                got = json.load(f)["results"][str(n)]
+        res.update(got)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/tmp/ferry-many-tensors")
@@ -334,6 +374,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (loads as torch tensors, no saves)")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--one-process", action="store_true", help="every reader in this process, not one process a group")
+    ap.add_argument("--readers", default="", help="only the readers whose names start so (comma-separated)")
     a = ap.parse_args()
     if a.device != "cpu":
         import torch
@@ -343,7 +385,10 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     rows, res = [], {}
     for n in [int(x) for x in a.tensors.split(",") if x]:
-        r = res[n] = measure(a.dir, n, a)
+        r = res[n] = measure(a.dir, n, a) if a.one_process else measure_apart(n, a)
+        if a.readers:  # a group's child: its results for the parent, no table
+            print("tensors %d done" % n, file=sys.stderr, flush=True)
+            continue
         fl, sl = r["ferry_load"], r["safetensors_load"]
         gb = r["bytes"] / 1e9
         row = "| %d | %.1f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f%s | %.2fx |" % (
@@ -368,6 +413,12 @@ def main():
         print("tensors %d done" % n, file=sys.stderr, flush=True)
     # The columns after the load's are those the rows carry: the save's where it was measured,
     # then into= and the baselines, each cell naming itself.
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"tensor_bytes": a.tensor_bytes, "shards": a.shards, "rounds": a.rounds, "moe": a.moe,
+                       "device": a.device, "results": res}, f, indent=1)
+    if a.readers:
+        return
     first = res[min(res)] if res else {}
     head = ["tensors", "ferry load ms", "us/tensor (call)", "us/tensor (library)", "of which wrapping", "open ms",
             "GB/s", "safetensors loop ms", "load ratio"]
@@ -378,10 +429,6 @@ def main():
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     print("\n".join(rows))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"tensor_bytes": a.tensor_bytes, "shards": a.shards, "rounds": a.rounds, "moe": a.moe,
-                       "device": a.device, "results": res}, f, indent=1)
 
 
 if __name__ == "__main__":

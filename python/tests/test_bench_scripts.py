@@ -357,8 +357,9 @@ def test_many_tensors_bench_measures_loads_saves_and_the_moe_shape(tmp_path):
     assert 0 <= got["ferry_load"]["wrap"] <= got["ferry_load"]["library"]
     assert re.search(r"^\| 300 \| \d+\.\d+ \|", r.stdout, re.M), r.stdout
     pytest.importorskip("torch")
+    # Every reader in one process, as --one-process asks (the run above: a process a group).
     r = run([os.path.join(BENCH, "many_tensors_bench.py"), "--dir", str(tmp_path), "--tensors", "200", "--moe",
-             "--matrices", "3", "--matrix-bytes", "65536", "--rounds", "1", "--json", str(out)])
+             "--matrices", "3", "--matrix-bytes", "65536", "--rounds", "1", "--json", str(out), "--one-process"])
     assert r.returncode == 0, r.stderr[-2000:]
     with open(out) as f:
         got = json.load(f)["results"]["200"]
