@@ -30,7 +30,7 @@ for r in ${ROUND:-files moe many_files}; do
     moe_bench)
       it=$(ls .whl-bench/instanttensor-*.whl 2>/dev/null | head -1)
       [ -n "$it" ] && python3 -m pip install -q --no-deps --target /tmp/it-site "$it" >/dev/null 2>&1
-      PYTHONPATH=$PYTHONPATH:/tmp/it-site timeout 300 python3 bench/many_tensors_bench.py --dir $TMPDIR/moe \
+      PYTHONPATH=$PYTHONPATH:/tmp/it-site timeout 420 python3 bench/many_tensors_bench.py --dir $TMPDIR/moe \
         --tensors 50000 --moe --matrices 64 --device cuda --rounds ${MOE_ROUNDS:-3} --json "$out/moe_bench.json" ;;
     many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
     # 100,000 files, one round: each reader's first call, as a training job's first epoch meets them.
