@@ -4,6 +4,8 @@ file and its index, and a thousand small files."""
 
 import errno
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -355,16 +357,25 @@ def test_a_sidecar_is_checked(tmp_path):
 
 
 def test_the_device_reader_without_a_gpu_says_why(tmp_path):
-    """The batched GPU reader on a machine without a GPU: a clear error that says why, no
-    crash and no arrays."""
-    from ferry import _ferry
-
-    if ferry.cuda_device_count() > 0:
-        pytest.skip("this machine has a GPU: the GPU tests below cover the reader")
+    """The batched GPU reader where no GPU is seen: a clear error that says why, no crash and
+    no arrays. In a process of its own with CUDA_VISIBLE_DEVICES empty, so that a machine with
+    a GPU checks it too."""
     np.save(tmp_path / "a.npy", np.arange(3))
-    with pytest.raises(ferry.Error, match=r"GPU memory"):
-        _ferry.read_whole_files_to_device([str(tmp_path / "a.npy")], viewable=lambda name: True,
-                                          make=lambda cap: cap)
+    code = "\n".join([
+        "import ferry",
+        "from ferry import _ferry",
+        "try:",
+        "    _ferry.read_whole_files_to_device([%r], viewable=lambda name: True, make=lambda cap: cap)" % str(
+            tmp_path / "a.npy"),
+        "except ferry.Error as e:",
+        "    print('refused:', e)",
+        "else:",
+        "    print('loaded')",
+    ])
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("refused:") and "GPU memory" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("lib", ["cupy", "torch"])
