@@ -39,26 +39,29 @@ std::string crc_text(std::uint32_t crc) {
     return "crc32c:" + std::string(hex, 8);
 }
 
+// Written as text, entry by entry (names escaped as the safetensors header's are): an
+// nlohmann::ordered_json object looks every key up before it adds it, which made a save of
+// 100,000 tensors with checksums 2.7 s against 0.3 s without, on the CPU machine.
 std::string to_json(const checksum_record& r) {
-    nlohmann::ordered_json j;
     char hex[8];
     integrity::crc32c_hex(r.header, hex);
-    j["v"] = 1;
-    j["alg"] = "crc32c";
-    j["chunk"] = r.chunk;
-    j["header"] = std::string(hex, 8);
-    nlohmann::ordered_json t = nlohmann::ordered_json::object();
+    std::string out = "{\"v\":1,\"alg\":\"crc32c\",\"chunk\":" + std::to_string(r.chunk) + ",\"header\":\"";
+    out.append(hex, 8);
+    out += "\",\"tensors\":{";
+    bool first = true;
     for (const auto& [name, crcs] : r.tensors) {
-        std::string s;
-        s.reserve(crcs.size() * 8);
+        if (!first) out += ',';
+        first = false;
+        append_json_string(out, name);
+        out += ":\"";
         for (std::uint32_t c : crcs) {
             integrity::crc32c_hex(c, hex);
-            s.append(hex, 8);
+            out.append(hex, 8);
         }
-        t[name] = std::move(s);
+        out += '"';
     }
-    j["tensors"] = std::move(t);
-    return j.dump();
+    out += "}}";
+    return out;
 }
 
 checksum_record parse_checksum_record(std::string_view text, const std::string& file) {

@@ -71,6 +71,28 @@ void expect_caught(const std::string& path, const std::string& tensor, std::uint
     }
 }
 
+// The record's JSON, written entry by entry: names that need escaping, tensors of no chunk and
+// of several, and a record of many tensors come back as they were, in name order.
+TEST(integrity, record_text_round_trips) {
+    formats::checksum_record r;
+    r.chunk = 1 << 20;
+    r.header = 0x0123abcd;
+    r.tensors["plain.weight"] = {0xdeadbeef, 0x00000001};
+    r.tensors["quote\"back\\slash"] = {0xffffffff};
+    r.tensors["line\nfeed\ttab\x01"] = {};
+    r.tensors["caf\xc3\xa9"] = {0x12345678};
+    for (int i = 0; i < 20000; ++i)
+        r.tensors["layers." + std::to_string(i) + ".scale"] = {static_cast<std::uint32_t>(i) * 2654435761u};
+    const std::string text = formats::to_json(r);
+    EXPECT_EQ(text.rfind("{\"v\":1,\"alg\":\"crc32c\",\"chunk\":1048576,\"header\":\"0123abcd\",\"tensors\":{", 0), 0u)
+        << text.substr(0, 80);
+    const formats::checksum_record back = formats::parse_checksum_record(text, "m.safetensors");
+    EXPECT_EQ(back.chunk, r.chunk);
+    EXPECT_EQ(back.header, r.header);
+    EXPECT_EQ(back.tensors, r.tensors);
+    EXPECT_LT(text.find("\"caf\xc3\xa9\""), text.find("\"layers.0.scale\""));  // name order, as the map holds them
+}
+
 TEST(integrity, save_records_and_load_checks_every_dtype) {
     test::temp_dir dir;
     auto arrays = every_dtype();
