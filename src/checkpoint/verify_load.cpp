@@ -9,6 +9,7 @@
 
 #include "ferry/file.hpp"
 #include "formats/checksum_record.hpp"
+#include "integrity/crc32c.hpp"
 
 namespace ferry::checkpoints {
 namespace {
@@ -18,8 +19,16 @@ struct shard_check {
     std::string shown;
 };
 
-// Records of the shards the load used, header digests checked.
-std::vector<shard_check> shard_records(const checkpoint& c, const detailed_plan& d, verify_mode mode) {
+// Records already parsed, by shard (a load's verifier parses each as its first batch lands).
+struct parsed_records {
+    std::vector<char>* parsed;
+    std::vector<std::optional<formats::checksum_record>>* records;
+};
+
+// Records of the shards the load used, header digests checked; those in `already` are taken
+// from there, not parsed again.
+std::vector<shard_check> shard_records(const checkpoint& c, const detailed_plan& d, verify_mode mode,
+                                       const parsed_records* already = nullptr) {
     std::vector<shard_check> out(c.shards.size());
     std::vector<char> used(c.shards.size(), 0);
     for (const auto& g : d.tensors) used[g.file] = 1;
@@ -27,7 +36,12 @@ std::vector<shard_check> shard_records(const checkpoint& c, const detailed_plan&
         if (!used[f]) continue;
         const safetensors_info& h = c.shards[f].header;
         out[f].shown = redact_location(c.shards[f].path);
-        out[f].record = formats::find_record(h, out[f].shown);
+        if (already && (*already->parsed)[f]) {
+            out[f].record = std::move((*already->records)[f]);
+            (*already->parsed)[f] = 0;
+        } else {
+            out[f].record = formats::find_record(h, out[f].shown);
+        }
         if (!out[f].record) {
             if (mode == verify_mode::always)
                 throw integrity_error(out[f].shown, "", "no checksums recorded (written without them, or by another "
@@ -83,8 +97,9 @@ bool in_place(const checkpoint& c, const detailed_plan& d, std::size_t i) {
 }
 
 void check_all(const checkpoint& c, const detailed_plan& d, const std::function<unsigned char*(std::size_t)>& dst_of,
-               const checkpoint_load_options& o, const std::vector<char>* checked = nullptr) {
-    std::vector<shard_check> shards = shard_records(c, d, o.verify);
+               const checkpoint_load_options& o, const std::vector<char>* checked = nullptr,
+               const parsed_records* already = nullptr) {
+    std::vector<shard_check> shards = shard_records(c, d, o.verify, already);
     std::vector<formats::byte_view> views;
     std::vector<std::size_t> view_of;  // plan index of each view
     for (std::size_t i = 0; i < d.tensors.size(); ++i) {
@@ -180,13 +195,15 @@ void load_verifier::landed(const std::vector<std::size_t>& tensors, const std::v
                 gpu_views.push_back({dst_of_(i), t.bytes, where});
                 continue;
             }
-            // One thread: the engine's workers are still reading the next batches.
-            std::vector<std::pair<const void*, std::uint64_t>> spans;
-            for (std::uint64_t at = 0; at < t.bytes; at += (*rec)->chunk)
-                spans.push_back({dst_of_(i) + at, std::min((*rec)->chunk, t.bytes - at)});
-            std::vector<std::uint32_t> got = formats::host_crcs(spans, 1);
-            for (std::size_t k = 0; k < got.size(); ++k)
-                if (got[k] != it->second[k]) mismatch(shard_check{*rec, shown}, t.name, t.offset, t.bytes, k, it->second[k], got[k]);
+            // On this thread, chunk by chunk: the engine's workers are still reading the next
+            // batches, and a small tensor is one chunk.
+            const unsigned char* at = dst_of_(i);
+            for (std::size_t k = 0; k < it->second.size(); ++k) {
+                const std::uint64_t from = k * (*rec)->chunk;
+                const std::uint32_t got = integrity::crc32c(at + from, std::min((*rec)->chunk, t.bytes - from));
+                if (got != it->second[k])
+                    mismatch(shard_check{*rec, shown}, t.name, t.offset, t.bytes, k, it->second[k], got);
+            }
             checked_[i] = 1;
         }
         if (on_gpu.empty()) return;
@@ -213,7 +230,8 @@ void load_verifier::finish() {
                         mismatch(shard_check{*q.record, q.shown}, t.name, t.offset, t.bytes, k, want[k], got[v][k]);
             }
         }
-        check_all(c_, d_, dst_of_, o_, &checked_);
+        const parsed_records already{&parsed_, &records_};
+        check_all(c_, d_, dst_of_, o_, &checked_, &already);
     } catch (...) {
         rethrow_naming_into(d_, std::current_exception());
     }
