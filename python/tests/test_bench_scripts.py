@@ -292,6 +292,15 @@ def test_dcp_resolve_probe_times_both_ways_and_checks_the_load():
     assert all(v > 0 for v in ways.values()), ways
 
 
+def test_verify_probe_times_both_modes_every_round(tmp_path):
+    r = run([os.path.join(BENCH, "probes", "verify_probe.py"), "--dir", str(tmp_path / "v"), "--tensors", "300",
+             "--rounds", "2"], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = re.findall(r"^round (\d) verify=(\w+) +call +([\d.]+) ms +library +([\d.]+) ms$", r.stdout, re.M)
+    assert [(n, m) for n, m, _, _ in rows] == [("0", "never"), ("0", "always"), ("1", "never"), ("1", "always")], r.stdout
+    assert all(float(call) >= float(lib) > 0 for _, _, call, lib in rows), rows
+
+
 def test_many_files_bench_measures_every_reader(tmp_path):
     # A few hundred files: every reader's row is printed and its arrays were checked.
     out = tmp_path / "many.json"
