@@ -346,14 +346,12 @@ def measure_apart(n, a):
     for group in GROUPS:
         if a.device != "cpu" and group.startswith("ferry_save"):
             continue  # saves are measured on the CPU only
-        if a.readers and not any(k.startswith(p) for k in group.split(",") for p in a.readers.split(",")):
+        if not any(chosen(k, a) for k in group.split(",")):
             continue
         with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-            args = [sys.executable, os.path.abspath(__file__), "--one-process", "--readers", group, "--json", tmp.name,
-                    "--dir", a.dir, "--tensors", str(n), "--tensor-bytes", str(a.tensor_bytes), "--shards",
-                    str(a.shards), "--rounds", str(a.rounds), "--matrices", str(a.matrices), "--matrix-bytes",
-                    str(a.matrix_bytes), "--device", a.device] + (["--moe"] if a.moe else []) + (
-                    ["--no-save"] if a.no_save else [])
+            # This run's own arguments, then those of the child (argparse keeps an option's last).
+            args = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + [
+                "--tensors", str(n), "--json", tmp.name, "--one-process", "--readers", group]
             subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
             with open(tmp.name) as f:
                 got = json.load(f)["results"][str(n)]
