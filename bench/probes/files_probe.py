@@ -4,7 +4,7 @@
 and on a copy in /dev/shm (tmpfs), so the file system's share shows.
     python3 bench/probes/files_probe.py --dir DIR --files 20000 [--device cuda]
 """
-import argparse, concurrent.futures as cf, os, shutil, sys, time
+import argparse, concurrent.futures as cf, importlib.util, os, shutil, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np  # noqa: E402
 import many_files_bench as mfb  # noqa: E402
@@ -43,7 +43,21 @@ def cases(paths):
     }
     if a.device != "cpu":
         import cupy
-        out["load_many %s" % a.device] = lambda: (ferry.load_many(paths, device=a.device), cupy.cuda.runtime.deviceSynchronize())
+        from ferry import _many_device
+        sync = cupy.cuda.runtime.deviceSynchronize
+
+        def capsules(like=None):
+            # The arrays made from DLPack capsules, as before CuPy's ndarray over a MemoryPointer.
+            _many_device.views = False
+            try:
+                return ferry.load_many(paths, device=a.device, like=like), sync()
+            finally:
+                _many_device.views = True
+
+        out["load_many %s" % a.device] = lambda: (ferry.load_many(paths, device=a.device), sync())
+        out["load_many %s capsules" % a.device] = capsules
+        if importlib.util.find_spec("torch"):
+            out["load_many %s torch" % a.device] = lambda: (ferry.load_many(paths, device=a.device, like="torch"), sync())
     return out
 
 

@@ -6,7 +6,8 @@ each block to its place in device memory as soon as it is complete and make its 
 Fortran-ordered arrays native and C-ordered there, as ferry.load gives them on the GPU. The
 device memory comes from the target library's pool in arenas of 64 MiB, on the library's current
 stream, where the copies run too. Meanwhile this thread makes each file's arrays into the
-library's arrays from DLPack capsules of their places, block by block, as the copies are queued;
+library's arrays of their places (CuPy: ndarrays over a MemoryPointer; PyTorch: DLPack
+capsules), block by block, as the copies are queued;
 the call returns once the stream is done.
 
 What goes through ferry.load file by file: element types the target library lacks, arrays not
@@ -33,6 +34,8 @@ class _Cupy:
     def __init__(self, cupy: Any, index: int):
         self.cp, self.index = cupy, index
         self.make = cupy.from_dlpack  # a capsule of a CUDA array: CuPy's legacy path, no stream handshake
+        # Cheaper than a capsule: ndarray(shape, dtype, memptr) over the allocation's pointer.
+        self.view = (cupy.ndarray, lambda mem: mem.data, lambda name: numpy_dtype(name, "<"))
         with cupy.cuda.Device(index):
             # The caller's current stream: the library's threads allocate and copy on it, so
             # the pool's ordering holds as for the caller's own allocations.
@@ -59,6 +62,7 @@ class _Torch:
         # The capsule straight to torch's import: torch.utils.dlpack.from_dlpack checks what it
         # was handed first, per tensor.
         self.make = getattr(c, "_from_dlpack", None) or torch.utils.dlpack.from_dlpack
+        self.view = None  # its views of a tensor cost what its import of a capsule does
 
         self.current = torch.cuda.current_stream(self.device)  # as for CuPy
 
@@ -74,6 +78,7 @@ class _Torch:
 
 
 last_call: dict = {}
+views = True  # the backend's view where it has one; False: capsules (bench/probes/files_probe.py)
 
 
 class _Loader:
@@ -90,7 +95,7 @@ class _Loader:
         t0 = time.perf_counter()
         results, later, stats = _ferry.read_whole_files_to_device(
             names, raw_dtype, shape, workers, stop_at_failure, device=_device_index(self.dev), stream=b.stream(),
-            allocate=b.allocate, viewable=b.viewable, make=b.make)
+            allocate=b.allocate, viewable=b.viewable, make=b.make, view=b.view if views else None)
         # Where the last call's time went, for bench/probes/files_probe.py.
         last_call.clear()
         last_call.update(stats, call=time.perf_counter() - t0)

@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -169,10 +170,15 @@ nb::tuple read_files(const std::vector<std::string>& paths, std::optional<std::s
 /// of one array's place. Returns (results, later, stats) as read_whole_files does without
 /// dtype_of: `later` lists the files left None (failed, needing ferry.load, of a type the
 /// library lacks, or not aligned to their items).
+///
+/// `view`, where the library has a cheaper way than a capsule, is (new, base_of, dtype_of):
+/// each array is then `new(shape, dtype_of(dtype name), base_of(device memory) + offset)`,
+/// base_of called once per allocation (CuPy: its ndarray over a MemoryPointer, where its
+/// from_dlpack took 4 µs an array).
 nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optional<std::string> raw_dtype,
                                std::optional<std::vector<std::int64_t>> raw_shape, unsigned threads,
                                bool stop_at_failure, int device, std::optional<std::uintptr_t> stream,
-                               nb::object allocate, nb::object viewable, nb::object make) {
+                               nb::object allocate, nb::object viewable, nb::object make, nb::object view) {
     whole_files_options o;
     if (raw_dtype) o.raw_type = parse_dtype(*raw_dtype).type;
     o.raw_shape = std::move(raw_shape);
@@ -181,10 +187,29 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
     whole_files_device_options d;
     d.device = device;
     if (stream) d.stream = reinterpret_cast<stream_t>(*stream);
+    // With `view`: each allocation's start, length and base_of(it), for the arrays made in it (a
+    // deque: the reading threads add to it, under the GIL, while this thread holds an element).
+    struct allocation {
+        std::uintptr_t at;
+        std::uint64_t bytes;
+        nb::object base;
+    };
+    std::deque<allocation> allocations;
+    nb::object view_new, view_base, view_dtype;
+    if (!view.is_none()) {
+        auto t = nb::cast<nb::tuple>(view);
+        if (t.size() != 3) throw nb::value_error("view must be (new, base_of, dtype_of)");
+        view_new = t[0], view_base = t[1], view_dtype = t[2];
+        if (allocate.is_none()) throw nb::value_error("view needs allocate");
+    }
     if (!allocate.is_none()) {
-        d.allocate = [&allocate](std::uint64_t bytes) {
+        d.allocate = [&](std::uint64_t bytes) {
             nb::gil_scoped_acquire gil;
-            return as_array(import_memory(allocate(bytes), true), typed_order{dtype::uint8, native_byte_order});
+            nb::object got = allocate(bytes);
+            array a = as_array(import_memory(got, true), typed_order{dtype::uint8, native_byte_order});
+            if (view_new.is_valid())
+                allocations.push_back({reinterpret_cast<std::uintptr_t>(a.data()), a.nbytes(), view_base(got)});
+            return a;
         };
     }
     // Blocks whose files have their places, queued by the reading threads for this thread.
@@ -208,7 +233,15 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
     for (std::size_t i = 0; i < n; ++i) results.append(nb::none());
     std::vector<bool> made(n, false);
     std::map<dtype, bool> takes;
+    std::map<dtype, nb::object> dtypes;  // with `view`: dtype_of(name) by type
     double view_seconds = 0;
+    // The allocation a block's place lies in (the latest, mostly), for `view`.
+    auto allocation_of = [&](const void* p) -> const allocation& {
+        const auto at = reinterpret_cast<std::uintptr_t>(p);
+        for (auto it = allocations.rbegin(); it != allocations.rend(); ++it)
+            if (at >= it->at && at < it->at + it->bytes) return *it;
+        throw std::logic_error("load_many: a block's place lies in no allocation");
+    };
     auto step = [&] {
         std::vector<std::pair<array, std::vector<std::size_t>>> batch;
         {
@@ -218,6 +251,7 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
         const auto t0 = std::chrono::steady_clock::now();
         for (const auto& [block, files] : batch) {
             auto* base = static_cast<unsigned char*>(block.data());
+            const allocation* in = view_new.is_valid() ? &allocation_of(base) : nullptr;
             for (std::size_t i : files) {
                 const whole_file& f = all[i];
                 if (!placeable(f)) continue;
@@ -229,8 +263,21 @@ nb::tuple read_files_to_device(const std::vector<std::string>& paths, std::optio
                     if (!it->second || a.offset % size_of(a.type.type) != 0) ok = false;
                 }
                 if (!ok) continue;
-                auto value = [&](const whole_file_array& a) {
-                    return make(dlpack_capsule(array(block.owner(), base + a.offset, a.type.type, a.shape, block.where())));
+                auto value = [&](const whole_file_array& a) -> nb::object {
+                    if (!in)
+                        return make(dlpack_capsule(array(block.owner(), base + a.offset, a.type.type, a.shape, block.where())));
+                    auto dt = dtypes.find(a.type.type);
+                    if (dt == dtypes.end())
+                        dt = dtypes.emplace(a.type.type, view_dtype(std::string(to_string(a.type.type)))).first;
+                    nb::object shape = shape_tuple(a.shape);
+                    nb::object offset = nb::steal(PyLong_FromUnsignedLongLong(
+                        reinterpret_cast<std::uintptr_t>(base) - in->at + a.offset));
+                    nb::object at = nb::steal(PyNumber_Add(in->base.ptr(), offset.ptr()));
+                    if (!at.is_valid()) throw nb::python_error();
+                    PyObject* args[] = {shape.ptr(), dt->second.ptr(), at.ptr()};
+                    nb::object v = nb::steal(PyObject_Vectorcall(view_new.ptr(), args, 3, nullptr));
+                    if (!v.is_valid()) throw nb::python_error();
+                    return v;
                 };
                 // An array the library will not take as described (its import refuses it) leaves
                 // the file to ferry.load, which says what is wrong, or converts as it would.
@@ -292,13 +339,15 @@ void bind_many(nb::module_& m) {
           "on_block the results hold None for them, their places having gone there.");
     m.def("read_whole_files_to_device", &read_files_to_device, "paths"_a, "raw_dtype"_a = nb::none(),
           "raw_shape"_a = nb::none(), "threads"_a = 0, "stop_at_failure"_a = true, "device"_a = 0,
-          "stream"_a = nb::none(), "allocate"_a = nb::none(), "viewable"_a, "make"_a,
+          "stream"_a = nb::none(), "allocate"_a = nb::none(), "viewable"_a, "make"_a, "view"_a = nb::none(),
           "Reads every file of `paths` whole into GPU memory `device` (ferry::read_whole_files_to_device:\n"
           "pinned blocks copied on `stream` as they complete, arrays made native and C-ordered there)\n"
           "and returns (results, later, stats): each result is what ferry.load gives, made by\n"
           "`make(capsule)` from a DLPack capsule of each array while later files are read; `later` lists\n"
           "the files left None (failed, needing ferry.load, of a type `viewable(name)` refuses, or not\n"
-          "aligned to their items). `allocate(nbytes)` gives the device memory (uint8, used on `stream`).");
+          "aligned to their items). `allocate(nbytes)` gives the device memory (uint8, used on `stream`).\n"
+          "`view`, where given, is (new, base_of, dtype_of): each array is made as new(shape,\n"
+          "dtype_of(name), base_of(memory allocated) + offset) instead.");
 }
 
 }  // namespace ferry::python

@@ -258,12 +258,18 @@ def _to_host(x):
     return x.cpu().numpy()
 
 
-@pytest.mark.parametrize("lib", ["cupy", "torch"])
-def test_device_batched_equals_load(gpu, tmp_path, lib):
+@pytest.mark.parametrize("lib", ["cupy", "cupy-capsules", "torch"])
+def test_device_batched_equals_load(gpu, tmp_path, lib, monkeypatch):
     """Many files into GPU memory in one call: every array equals what ferry.load gives for
     its file (C order, native bytes), native C-ordered arrays come from the shared device
     blocks, and Fortran-ordered or big-endian files are made native and C-ordered on the GPU
-    in one batch, with the same values."""
+    in one batch, with the same values. CuPy's arrays are made both ways: ndarrays over the
+    memory's pointer (its default) and from DLPack capsules."""
+    from ferry import _many_device
+
+    if lib == "cupy-capsules":
+        monkeypatch.setattr(_many_device, "views", False)
+        lib = "cupy"
     mod = _gpu_lib(lib)
     paths, want = [], []
     for i in range(300):
@@ -283,7 +289,15 @@ def test_device_batched_equals_load(gpu, tmp_path, lib):
         h = _to_host(g)
         assert h.shape == w.shape and h.dtype == w.dtype
         np.testing.assert_array_equal(h, w)
-    from ferry import _many_device
+    if lib == "cupy":
+        # Every array is C-contiguous, and keeps its memory: the pool's free blocks given
+        # back and new arrays made over them leave the first ones' values as they were.
+        assert all(g.flags.c_contiguous for g in got)
+        mod.get_default_memory_pool().free_all_blocks()
+        junk = [mod.full(1 << 20, 255, mod.uint8) for _ in range(8)]
+        for g, w in zip(got[:50], want):
+            np.testing.assert_array_equal(_to_host(g), w)
+        del junk
 
     # Neighbouring files share blocks (runs of four here, for sixteen threads), one copy a
     # block, not one a file.
