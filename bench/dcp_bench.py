@@ -10,9 +10,10 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   ferry.dcp.FileSystemWriter; torch's FileSystemWriter at its default ``thread_count`` and at
   each of ``--threads`` (its best is the row to compare with); the disk's ceiling, a parallel
   ``pwrite`` + ``fsync`` of the same bytes from host memory (pinned on a GPU machine);
-* load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader,
-  torch's FileSystemReader, and ferry's raw read of the same files (``ferry.read_batch`` of
-  every byte) as the ceiling;
+* load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader
+  (as it comes, without reading ahead, and with a memory budget that lets it read the whole
+  checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
+  files (``ferry.read_batch`` of every byte) as the ceiling;
 * ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
   until the save is done, against one copy of the state into host memory (pinned on a GPU);
   and a stand-in training step (matmuls on the device) timed alone and while the save writes.
@@ -110,7 +111,14 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     out = blank(torch, sd)
     sizes = [os.path.getsize(p) for p in paths]
     raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
+    # ferry's reader as it comes (its default memory budget; prefetch="auto" reads ahead into
+    # the GPU only), without reading ahead, and with a budget that lets it read the whole
+    # checkpoint ahead while DCP plans (three quarters of the budget may be read ahead).
+    whole = (sum(sizes) * 4) // 3 + (64 << 20)
     configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
+               ("ferry.dcp.FileSystemReader, prefetch=None", lambda: ferry.dcp.FileSystemReader(folder, prefetch=None)),
+               ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),
+                lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device, memory_budget=whole)),
                ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
     best = {}
     for _ in range(a.rounds):

@@ -35,6 +35,9 @@ for r in ${ROUND:-files moe many_files}; do
     many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
     # 100,000 files, one round: each reader's first call, as a training job's first epoch meets them.
     many100k) timeout 420 python3 bench/many_files_bench.py --dir $TMPDIR/mf100k --files 100000 --rounds 1 --device cuda | tail -9 ;;
+    # Issue 36's load: DCP into GPU tensors, ferry's reader with and without reading ahead.
+    dcp) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-8G} --tensors 512 --device cuda \
+        --rounds 2 --only load --json "$out/dcp.json" | tail -8 ;;
     many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
   esac 2>&1 | tee "$out/$r.txt"
 done

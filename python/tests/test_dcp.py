@@ -208,6 +208,39 @@ def test_strided_destinations_are_staged_under_any_budget(tmp_path, budget):
         assert torch.equal(out[k], v), k
 
 
+@pytest.mark.parametrize("budget", [64 << 10, ferry.dcp.DEFAULT_MEMORY_BUDGET])
+def test_read_ahead_while_dcp_plans(tmp_path, budget):
+    """prefetch= reads the records' bytes from the moment DCP hands over the metadata; the items
+    are copied from there (contiguous destinations and staged strided ones alike), and what the
+    budget leaves out is read as without it."""
+    sd = _state()
+    sd["extra"]["strided"] = torch.randn(70, 90)
+    folder = str(tmp_path / "ck")
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder))
+    out = _blank(sd)
+    out["extra"]["strided"] = torch.zeros(90, 70).t()
+    reader = ferry.dcp.FileSystemReader(folder, prefetch="cpu", memory_budget=budget)
+    dcp.load(out, storage_reader=reader)
+    _same(sd, out)
+    stats = reader.stats
+    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".distcp"))
+    assert 0 < stats["prefetched_bytes"] <= min(size, budget - budget // 4), stats
+    assert 0 < stats["copied_from_prefetch"] <= stats["prefetched_bytes"], stats
+    if budget > 4 * size:
+        # Every tensor byte came from what was read ahead; only records' edges were read again.
+        assert stats["copied_from_prefetch"] >= sd["extra"]["big"].nbytes, stats
+    else:
+        assert stats["prefetched_bytes"] < size, stats
+    assert reader.ahead is None  # let go once the load is done
+    # Off, and "auto" without CUDA initialized: nothing is read ahead.
+    for prefetch in (None, "auto"):
+        if prefetch == "auto" and torch.cuda.is_available() and torch.cuda.is_initialized():
+            continue
+        reader = ferry.dcp.FileSystemReader(folder, prefetch=prefetch)
+        dcp.load(_blank(sd), storage_reader=reader)
+        assert reader.stats["prefetched_bytes"] == 0, (prefetch, reader.stats)
+
+
 def test_a_second_save_into_the_same_folder_replaces_it(tmp_path):
     folder = str(tmp_path / "ck")
     dcp.save({"w": torch.ones(1000)}, storage_writer=ferry.dcp.FileSystemWriter(folder))
@@ -251,7 +284,8 @@ def test_unsupported_options_are_refused():
 
 # ---------------------------------------------------------------------------- failures
 
-def test_a_truncated_file_names_the_file_and_the_tensor(tmp_path):
+@pytest.mark.parametrize("prefetch", [None, "cpu"])
+def test_a_truncated_file_names_the_file_and_the_tensor(tmp_path, prefetch):
     folder = tmp_path / "ck"
     sd = {"small": torch.ones(10), "big": torch.randn(1 << 16)}
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(folder)))
@@ -263,7 +297,7 @@ def test_a_truncated_file_names_the_file_and_the_tensor(tmp_path):
             f.truncate(cut)
         out = _blank(sd)
         with pytest.raises(DCP_ERRORS) as e:
-            dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(folder)))
+            dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(folder), prefetch=prefetch))
         assert isinstance(_cause(e), ferry.CheckpointError), e.value
         text = str(_cause(e))
         assert name in text and "truncated" in text, text
@@ -429,6 +463,12 @@ def test_gpu_save_and_load_both_ways(tmp_path):
         dcp.load(out, storage_reader=READERS[r](folder, **({"memory_budget": 4096} if r == "ferry" else {})))
         _same(sd, out)
         assert out["extra"]["bf16"].is_cuda
+    # Read ahead into GPU memory while DCP plans (prefetch="auto": CUDA is initialized here).
+    out = _blank(sd)
+    reader = ferry.dcp.FileSystemReader(str(tmp_path / "ferryferry"))
+    dcp.load(out, storage_reader=reader)
+    _same(sd, out)
+    assert reader.stats["copied_from_prefetch"] >= sd["extra"]["big"].nbytes, reader.stats
 
 
 def test_gpu_async_save(tmp_path):

@@ -99,8 +99,10 @@ def test_writer_records_a_manifest_and_the_reader_checks_it(tmp_path):
     assert torch.equal(out["big"], sd["big"])
 
 
+@pytest.mark.parametrize("prefetch", [None, "cpu"])
 @pytest.mark.parametrize("tensor", ["big", "bf16", "small"])
-def test_flipped_bytes_are_caught_where_they_are(tmp_path, tensor):
+def test_flipped_bytes_are_caught_where_they_are(tmp_path, tensor, prefetch):
+    """Also where the bytes were read ahead while DCP planned (``prefetch``)."""
     folder = str(tmp_path / "ck")
     sd = _state()
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder))
@@ -108,7 +110,7 @@ def test_flipped_bytes_are_caught_where_they_are(tmp_path, tensor):
     rng = random.Random(7)
     for at in [begin, begin + length - 1] + [begin + rng.randrange(length) for _ in range(6)]:
         _flip(path, at)
-        e = _load_error(folder, sd)
+        e = _load_error(folder, sd, prefetch=prefetch)
         _flip(path, at)
         assert isinstance(e, ferry.IntegrityError), e
         assert e.tensor == tensor and e.filename == path and e.begin <= at < e.end, (e, at)

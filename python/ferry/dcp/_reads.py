@@ -71,18 +71,83 @@ class Files:
         self.open = {}
 
 
-def read_pieces(files: Files, pieces: list) -> None:
-    """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU)."""
+class Prefetch:
+    """The bytes of a checkpoint's records read ahead, while DCP plans the load, into one buffer
+    on ``device``: the spans of each file that records lie in (``spans``: path -> [(start,
+    end)], merged), in order, until ``budget`` bytes. The reads run on ferry's threads from
+    the start; ``take`` hands out a part of the buffer once they are done, None for bytes not
+    read ahead (or when the read ahead failed: those bytes are then read as without it, and
+    any error is that read's)."""
+
+    def __init__(self, spans: dict, device: torch.device, budget: int) -> None:
+        self.device, self.files = device, Files()
+        self.at: dict = {}  # path -> [(start, end, offset in buf)]
+        self.nbytes, self.failed, self.future = 0, False, None
+        plan = []
+        for path, ranges in spans.items():
+            for start, end in ranges:
+                n = min(end - start, budget - self.nbytes)
+                if n <= 0:
+                    break
+                self.at.setdefault(path, []).append((start, start + n, self.nbytes))
+                plan.append((path, start, self.nbytes, n))
+                self.nbytes += n
+        self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        try:
+            self.future = _ferry.read_batch([(self.files.get(p), start, self.buf[o:o + n]) for p, start, o, n in plan])
+        except Exception:  # a file gone or unreadable: the load's own reads say so
+            self.failed = True
+
+    def ready(self) -> bool:
+        """Waits for the reads ahead; False where they failed."""
+        if self.future is not None:
+            future, self.future = self.future, None
+            try:
+                future.result()
+            except Exception:
+                self.failed = True
+        return not self.failed
+
+    def take(self, path: str, offset: int, n: int) -> torch.Tensor | None:
+        for start, end, o in self.at.get(path, ()):
+            if start <= offset and offset + n <= end:
+                return self.buf[o + offset - start:o + offset - start + n]
+        return None
+
+    def close(self) -> None:
+        """Waits for reads in flight, then lets the buffer and the files go."""
+        self.ready()
+        self.files.close()
+        self.buf, self.at = torch.empty(0, dtype=torch.uint8), {}
+
+
+def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
+    """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU); the
+    pieces ``prefetch`` holds, on its device, are copied from it (one batched copy). Returns
+    the bytes copied from ``prefetch``."""
     by_device: dict = {}
+    dst, src = [], []
+    ahead = prefetch is not None and prefetch.nbytes > 0 and prefetch.ready()
     for path, offset, buf in pieces:
         if buf.numel():
             device = buf.device
+            if ahead and device == prefetch.device:
+                part = prefetch.take(path, offset, buf.numel() * buf.element_size())
+                if part is not None:
+                    dst.append(buf.view(-1).view(torch.uint8))
+                    src.append(part)
+                    continue
             if device.type == "cpu" and buf.dtype == torch.uint8:
                 buf = buf.numpy()  # the buffer protocol: cheaper than a DLPack export a piece
             by_device.setdefault(str(device), []).append((files.get(path), offset, buf))
     futures = [_ferry.read_batch(group) for group in by_device.values()]
+    if dst:
+        torch._foreach_copy_(dst, src)
+        if prefetch.device.type == "cuda":
+            torch.cuda.current_stream(prefetch.device).synchronize()
     for fut in futures:
         fut.result()
+    return sum(t.numel() for t in src)
 
 
 def resolve_tensor(planner: Any, req: Any) -> torch.Tensor:
@@ -118,9 +183,11 @@ def check_ranges(ranges: list) -> None:
 class ItemReader:
     """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory."""
 
-    def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None) -> None:
+    def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None,
+                 prefetch: Prefetch | None = None) -> None:
         self.planner, self.files, self.budget = planner, files, max(1, int(budget))
-        self.checker = checker
+        self.checker, self.prefetch = checker, prefetch
+        self.prefetched = 0
         self.direct: list = []     # (path, offset, buf)
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
@@ -178,7 +245,7 @@ class ItemReader:
 
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
-        read_pieces(self.files, self.direct)
+        self.prefetched += read_pieces(self.files, self.direct, self.prefetch)
         if self.checker is not None:
             self.checker.run()
         for s in self.staged:
