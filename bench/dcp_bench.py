@@ -120,14 +120,18 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
                ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),
                 lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device, memory_budget=whole)),
                ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
-    best = {}
+    best, phases = {}, {}
     for _ in range(a.rounds):
         for name, make in configs:
             sync_device(torch, a.device)
+            reader = make()
             t0 = time.perf_counter()
-            dcp.load(out, storage_reader=make())
+            dcp.load(out, storage_reader=reader)
             sync_device(torch, a.device)
-            best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
+            t = time.perf_counter() - t0
+            if t < best.get(name, 1e9):
+                best[name] = t
+                phases[name] = getattr(reader, "stats", {})
         t0 = time.perf_counter()
         files = [ferry.File(p) for p in paths]
         pieces, at = [], 0
@@ -143,6 +147,13 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     for name, s in best.items():
         rows.append({"what": "load, hot, into %s tensors" % a.device, "who": name, "seconds": s,
                      "GB/s": total / s / 1e9})
+    # Where ferry's best loads went: DCP's planning (reads ahead running), the wait for them,
+    # the reader's read_data.
+    for name, st in phases.items():
+        if "read_data_seconds" in st:
+            print("%s: planning %.1f ms, waiting for reads ahead %.1f ms, read_data %.1f ms, %.2f GB read ahead"
+                  % (name, st.get("planning_seconds", 0) * 1e3, st.get("prefetch_wait_seconds", 0) * 1e3,
+                     st["read_data_seconds"] * 1e3, st.get("prefetched_bytes", 0) / 1e9), file=sys.stderr)
 
 
 def check(torch, want, got):

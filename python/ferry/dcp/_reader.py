@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,7 @@ class FileSystemReader(_fs.FileSystemReader):
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
         self._read_ahead()
+        self._set_up_at = time.perf_counter()
 
     def _prefetch_device(self) -> torch.device | None:
         if self.prefetch in (None, False):
@@ -167,6 +169,8 @@ class FileSystemReader(_fs.FileSystemReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         from . import _group
 
+        began = time.perf_counter()
+        planned = began - getattr(self, "_set_up_at", began)  # DCP's planning, while reads ran ahead
         files = Files()
         self.layouts = LayoutCache()
         try:
@@ -183,8 +187,11 @@ class FileSystemReader(_fs.FileSystemReader):
         finally:
             files.close()
             if self.ahead is not None:
+                self.stats["prefetch_wait_seconds"] = self.ahead.waited
                 self.ahead.close()
                 self.ahead = None
+        self.stats["planning_seconds"] = planned
+        self.stats["read_data_seconds"] = time.perf_counter() - began
         fut: Future = Future()
         fut.set_result(None)
         return fut

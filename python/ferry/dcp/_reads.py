@@ -16,6 +16,8 @@ before its items are committed.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any, NamedTuple
 
 import torch
@@ -82,7 +84,7 @@ class Prefetch:
     def __init__(self, spans: dict, device: torch.device, budget: int) -> None:
         self.device, self.files = device, Files()
         self.at: dict = {}  # path -> [(start, end, offset in buf)]
-        self.nbytes, self.failed, self.future = 0, False, None
+        self.nbytes, self.failed, self.future, self.thread = 0, False, None, None
         plan = []
         for path, ranges in spans.items():
             for start, end in ranges:
@@ -93,19 +95,32 @@ class Prefetch:
                 plan.append((path, start, self.nbytes, n))
                 self.nbytes += n
         self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        self.waited = 0.0  # seconds the load waited for the reads ahead
+        # Submitted from a thread of its own: a batch's submission may wait for room in the
+        # engine's queues, and DCP's planning should not wait with it.
+        pieces = [(self.files.get(p), start, self.buf[o:o + n]) for p, start, o, n in plan]
+        self.thread = threading.Thread(target=self._submit, args=(pieces,), name="ferry-dcp-prefetch", daemon=True)
+        self.thread.start()
+
+    def _submit(self, pieces: list) -> None:
         try:
-            self.future = _ferry.read_batch([(self.files.get(p), start, self.buf[o:o + n]) for p, start, o, n in plan])
+            self.future = _ferry.read_batch(pieces)
         except Exception:  # a file gone or unreadable: the load's own reads say so
             self.failed = True
 
     def ready(self) -> bool:
         """Waits for the reads ahead; False where they failed."""
-        if self.future is not None:
-            future, self.future = self.future, None
-            try:
-                future.result()
-            except Exception:
-                self.failed = True
+        if self.thread is not None:
+            t0 = time.perf_counter()
+            self.thread.join()
+            self.thread = None
+            if self.future is not None:
+                future, self.future = self.future, None
+                try:
+                    future.result()
+                except Exception:
+                    self.failed = True
+            self.waited += time.perf_counter() - t0
         return not self.failed
 
     def take(self, path: str, offset: int, n: int) -> torch.Tensor | None:
