@@ -11,8 +11,8 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   each of ``--threads`` (its best is the row to compare with); the disk's ceiling, a parallel
   ``pwrite`` + ``fsync`` of the same bytes from host memory (pinned on a GPU machine);
 * load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader
-  (as it comes, without reading ahead, and with a memory budget that lets it read the whole
-  checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
+  (as it comes, reading ahead within its default memory budget, and with a budget that lets it
+  read the whole checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
   files (``ferry.read_batch`` of every byte) as the ceiling;
 * ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
   until the save is done, against one copy of the state into host memory (pinned on a GPU);
@@ -111,12 +111,13 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     out = blank(torch, sd)
     sizes = [os.path.getsize(p) for p in paths]
     raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
-    # ferry's reader as it comes (its default memory budget; prefetch="auto" reads ahead into
-    # the GPU only), without reading ahead, and with a budget that lets it read the whole
-    # checkpoint ahead while DCP plans (three quarters of the budget may be read ahead).
+    # ferry's reader as it comes (no reads ahead), reading ahead within its default memory
+    # budget (three quarters of 1 GiB), and with a budget that lets it read the whole
+    # checkpoint ahead while DCP plans.
     whole = (sum(sizes) * 4) // 3 + (64 << 20)
     configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
-               ("ferry.dcp.FileSystemReader, prefetch=None", lambda: ferry.dcp.FileSystemReader(folder, prefetch=None)),
+               ("ferry.dcp.FileSystemReader, prefetch=%s" % a.device,
+                lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device)),
                ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),
                 lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device, memory_budget=whole)),
                ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]

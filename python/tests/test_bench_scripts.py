@@ -292,6 +292,16 @@ def test_dcp_resolve_probe_times_both_ways_and_checks_the_load():
     assert all(v > 0 for v in ways.values()), ways
 
 
+def test_dcp_read_probe_gives_the_phases_and_a_profile():
+    pytest.importorskip("torch")
+    r = run([os.path.join(BENCH, "probes", "dcp_read_probe.py"), "--size", "1M", "--tensors", "8",
+             "--rounds", "1", "--top", "5"], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r"^dcp.load ([\d.]+) ms: planning ([\d.]+) ms, read_data ([\d.]+) ms \(32 items\)$", r.stdout, re.M)
+    assert m and float(m.group(1)) >= float(m.group(3)) > 0, r.stdout
+    assert "ncalls" in r.stdout and "read_data" in r.stdout, r.stdout
+
+
 def test_verify_probe_times_both_modes_every_round(tmp_path):
     r = run([os.path.join(BENCH, "probes", "verify_probe.py"), "--dir", str(tmp_path / "v"), "--tensors", "300",
              "--rounds", "2"], timeout=120)

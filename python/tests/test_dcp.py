@@ -232,7 +232,7 @@ def test_read_ahead_while_dcp_plans(tmp_path, budget):
     else:
         assert stats["prefetched_bytes"] < size, stats
     assert reader.ahead is None  # let go once the load is done
-    # Off, and "auto" without CUDA initialized: nothing is read ahead.
+    # Off (the default), and "auto" without CUDA initialized: nothing is read ahead.
     for prefetch in (None, "auto"):
         if prefetch == "auto" and torch.cuda.is_available() and torch.cuda.is_initialized():
             continue
@@ -465,7 +465,7 @@ def test_gpu_save_and_load_both_ways(tmp_path):
         assert out["extra"]["bf16"].is_cuda
     # Read ahead into GPU memory while DCP plans (prefetch="auto": CUDA is initialized here).
     out = _blank(sd)
-    reader = ferry.dcp.FileSystemReader(str(tmp_path / "ferryferry"))
+    reader = ferry.dcp.FileSystemReader(str(tmp_path / "ferryferry"), prefetch="auto")
     dcp.load(out, storage_reader=reader)
     _same(sd, out)
     assert reader.stats["copied_from_prefetch"] >= sd["extra"]["big"].nbytes, reader.stats

@@ -61,18 +61,19 @@ class FileSystemReader(_fs.FileSystemReader):
     place, may hold their new values).
 
     ``prefetch``: where the records' bytes are read ahead, from the moment DCP hands the reader
-    the checkpoint's metadata, so that they are read while DCP plans the load (its planning
-    takes tens of microseconds an item). ``"auto"`` (default): into the current GPU when this
-    process has initialized CUDA and reads alone (no group of several ranks); a device
-    (``"cuda:1"``, ``"cpu"``) to choose; None to read only once the plan is made. Items whose
-    destination is on that device are then copied from what was read ahead. What is read ahead
-    counts against ``memory_budget``: at most three quarters of it, the rest left for staging;
-    bytes beyond it are read as without prefetch."""
+    the checkpoint's metadata, so that they are read while DCP plans the load. None (default):
+    read once the plan is made. ``"auto"``: into the current GPU when this process has
+    initialized CUDA and reads alone (no group of several ranks); or a device (``"cuda:1"``,
+    ``"cpu"``). Items whose destination is on that device are then copied from what was read
+    ahead. What is read ahead counts against ``memory_budget``: at most three quarters of it,
+    the rest left for staging; bytes beyond it are read as without prefetch. Off by default:
+    the reads ahead share the CPU's cores with DCP's planning, which then takes longer, and on
+    an H100 machine the loads measured were not faster with it (docs/benchmarks.md)."""
 
     def __init__(self, path: str | os.PathLike, _extension_registry: Any = None, *,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET, dedup: bool = True,
                  group: Any = None, timeout: float = 300.0, verify: str = "auto",
-                 prefetch: Any = "auto") -> None:
+                 prefetch: Any = None) -> None:
         super().__init__(path, _extension_registry)
         self.verify = check_mode(verify)
         self.checksums: dict | None = None
