@@ -303,6 +303,11 @@ def test_a_truncated_file_names_the_file_and_the_tensor(tmp_path, prefetch):
         assert name in text and "truncated" in text, text
         assert "'big'" in text or "'small'" in text, text
         assert not torch.any(out["big"] != 0), "nothing read from a truncated file"
+    # A file missing altogether, with reads ahead asked for: the same clear error.
+    path.unlink()
+    with pytest.raises(DCP_ERRORS) as e:
+        dcp.load(_blank(sd), storage_reader=ferry.dcp.FileSystemReader(str(folder), prefetch=prefetch))
+    assert isinstance(_cause(e), ferry.CheckpointError) and "missing" in str(_cause(e)), e.value
 
 
 def test_a_corrupt_record_is_refused_clearly(tmp_path):

@@ -94,11 +94,18 @@ class Prefetch:
                 self.at.setdefault(path, []).append((start, start + n, self.nbytes))
                 plan.append((path, start, self.nbytes, n))
                 self.nbytes += n
-        self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
         self.waited = 0.0  # seconds the load waited for the reads ahead
+        try:
+            self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+            pieces = [(self.files.get(p), start, self.buf[o:o + n]) for p, start, o, n in plan]
+        except Exception:
+            # No memory for it, or a file missing: nothing is read ahead, and the load's own
+            # reads say what is wrong.
+            self.files.close()
+            self.buf, self.at, self.nbytes, self.failed = torch.empty(0, dtype=torch.uint8), {}, 0, True
+            return
         # Submitted from a thread of its own: a batch's submission may wait for room in the
         # engine's queues, and DCP's planning should not wait with it.
-        pieces = [(self.files.get(p), start, self.buf[o:o + n]) for p, start, o, n in plan]
         self.thread = threading.Thread(target=self._submit, args=(pieces,), name="ferry-dcp-prefetch", daemon=True)
         self.thread.start()
 
