@@ -229,7 +229,7 @@ class Checker:
                 self.part_q[((path, begin), k)] = None
 
     def run(self) -> None:
-        from ._reads import read_pieces
+        from ._reads import exported, read_pieces
 
         bufs, jobs = [], []
         for key, buf in self.whole_q:
@@ -251,7 +251,7 @@ class Checker:
         bad = []
         for chunk in {self._chunk_of(key) for key, _ in jobs}:
             idx = [i for i, (key, _) in enumerate(jobs) if self._chunk_of(key) == chunk]
-            got = _ferry.crc32c_chunks([bufs[i] for i in idx], chunk)
+            got = _ferry.crc32c_chunks(exported([bufs[i] for i in idx]), chunk)
             for i, g in zip(idx, got):
                 key, k = jobs[i]
                 length, name, want = self.crcs[key][:3]

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.utils.dlpack import to_dlpack
 
 from .. import _ferry
 from ._record import checkpoint_error
@@ -143,6 +144,28 @@ class Prefetch:
         self.buf, self.at = torch.empty(0, dtype=torch.uint8), {}
 
 
+def exported(bufs: list) -> list:
+    """Tensors as ferry takes them at least cost, in order: host uint8 tensors as NumPy arrays
+    (the buffer protocol), other tensors as DLPack capsules from torch's C exporter, GPU ones
+    once each of their devices has finished its queued work. Through torch's ``__dlpack__``
+    instead, a GPU tensor builds stream and event objects to order ferry's access after its
+    producer's, each time, as the reader did for every item and every checksum; one wait per
+    device then capsules is what ``ferry.load_checkpoint(into=...)`` does for the same reason.
+    Anything else (a tensor that needs grad, another library's array) is left as it is."""
+    devices = sorted({b.get_device() for b in bufs if isinstance(b, torch.Tensor) and b.is_cuda})
+    for d in devices:
+        torch.cuda.synchronize(d)
+    out = []
+    for b in bufs:
+        if isinstance(b, torch.Tensor) and not b.requires_grad:
+            if not b.is_cuda and b.dtype == torch.uint8:
+                b = b.numpy()
+            else:
+                b = to_dlpack(b)
+        out.append(b)
+    return out
+
+
 def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
     """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU); the
     pieces ``prefetch`` holds, on its device, are copied from it (one batched copy). Returns
@@ -159,10 +182,11 @@ def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) ->
                     dst.append(buf.view(-1).view(torch.uint8))
                     src.append(part)
                     continue
-            if device.type == "cpu" and buf.dtype == torch.uint8:
-                buf = buf.numpy()  # the buffer protocol: cheaper than a DLPack export a piece
             by_device.setdefault(str(device), []).append((files.get(path), offset, buf))
-    futures = [_ferry.read_batch(group) for group in by_device.values()]
+    futures = []
+    for group in by_device.values():
+        bufs = exported([buf for _, _, buf in group])
+        futures.append(_ferry.read_batch([(f, offset, buf) for (f, offset, _), buf in zip(group, bufs)]))
     if dst:
         torch._foreach_copy_(dst, src)
         if prefetch.device.type == "cuda":

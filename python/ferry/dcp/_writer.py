@@ -29,6 +29,7 @@ from torch.futures import Future
 
 from .. import _ferry
 from ._checksums import CHUNK, CheckedStorageInfo, hex_of, manifest_name, strip_and_collect, write_manifest
+from ._reads import exported
 from ._record import Skeleton, skeleton
 
 _METADATA = ".metadata"
@@ -236,7 +237,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
         views = [t[3] for t in layout.tensors]
         if not self.checksums or not views:
             return
-        crcs = _ferry.crc32c_chunks(views, CHUNK)
+        crcs = _ferry.crc32c_chunks(exported(views), CHUNK)
         for (i, begin, nbytes, _), c in zip(layout.tensors, crcs):
             wr = layout.results[i]
             sd = wr.storage_data
@@ -254,7 +255,8 @@ class FileSystemWriter(_fs.FileSystemWriter):
             torch.cuda.synchronize()  # the tensors' producers, on torch's streams, are done
         try:
             with _ferry.File(tmp, "w") as f:
-                futures = [f.pwrite(buf, at) for at, buf in layout.pieces]
+                bufs = exported([buf for _, buf in layout.pieces])
+                futures = [f.pwrite(buf, at) for (at, _), buf in zip(layout.pieces, bufs)]
                 errors = []
                 try:  # hashed while the writes run
                     self._record_checksums(layout)
