@@ -47,7 +47,6 @@ class _FileLayout:
         self.pieces: list = []
         self.size = 0
         self.results: list = []
-        self.has_gpu = False
         self.tensors: list = []   # (result index, storage begin, bytes, tensor's bytes)
 
     def add_bytes(self, data: bytes | memoryview) -> int:
@@ -62,7 +61,6 @@ class _FileLayout:
         if sk.nbytes:
             self.pieces.append((self.size, _bytes_view(t)))
             self.tensors.append((len(self.results), self.size, sk.nbytes, self.pieces[-1][1]))
-            self.has_gpu = self.has_gpu or t.is_cuda
             self.size += sk.nbytes
             self.add_bytes(sk.tail)
         return at
@@ -251,10 +249,9 @@ class FileSystemWriter(_fs.FileSystemWriter):
     def _write_file(self, path: str, layout: _FileLayout) -> str:
         """Writes the file as path.tmp, then renames it into place; returns the path."""
         tmp = path + ".tmp"
-        if layout.has_gpu:
-            torch.cuda.synchronize()  # the tensors' producers, on torch's streams, are done
         try:
             with _ferry.File(tmp, "w") as f:
+                # exported waits for each GPU's queued work: the tensors' producers are done.
                 bufs = exported([buf for _, buf in layout.pieces])
                 futures = [f.pwrite(buf, at) for (at, _), buf in zip(layout.pieces, bufs)]
                 errors = []
