@@ -120,9 +120,9 @@ class HuggingFaceStorageReader(_hf.HuggingFaceStorageReader):
         files = Files()
         begins: dict = {}
         crcs: dict = {}
+        reader = ItemReader(planner, files, self.memory_budget,
+                            Checker(crcs, files) if self.verify != "never" else None)
         try:
-            reader = ItemReader(planner, files, self.memory_budget,
-                                Checker(crcs, files) if self.verify != "never" else None)
             sources = []
             for req in plan.items:
                 sinfo = self.storage_data[req.storage_index]
@@ -146,6 +146,7 @@ class HuggingFaceStorageReader(_hf.HuggingFaceStorageReader):
                 reader.add(req, src)
             reader.flush()
         finally:
+            reader.close()
             files.close()
         fut: Future = Future()
         fut.set_result(None)

@@ -232,13 +232,16 @@ class FileSystemReader(_fs.FileSystemReader):
         ahead = self.ahead
         budget = self.memory_budget - (ahead.nbytes if ahead is not None else 0)
         reader = ItemReader(planner, files, budget, self.checker(files), ahead)
-        if reader.checker is not None:
-            self._check_small(items, recs, reader.checker)
-        for req in items:
-            info = self.storage_data[req.storage_index]
-            rec = recs[(info.relative_path, info.offset)]
-            self.resolve(req, rec, reader)
-        reader.flush()
+        try:
+            if reader.checker is not None:
+                self._check_small(items, recs, reader.checker)
+            for req in items:
+                info = self.storage_data[req.storage_index]
+                rec = recs[(info.relative_path, info.offset)]
+                self.resolve(req, rec, reader)
+            reader.flush()
+        finally:
+            reader.close()
         ahead_bytes = ahead.nbytes if ahead is not None and not ahead.failed else 0
         return {"bytes_read": reader.bytes_read - reader.prefetched + ahead_bytes
                 + sum(r.head.size + r.tail.size for r in recs.values()),

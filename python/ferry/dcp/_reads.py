@@ -15,6 +15,7 @@ before its items are committed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -166,34 +167,76 @@ def exported(bufs: list) -> list:
     return out
 
 
-def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
-    """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU); the
-    pieces ``prefetch`` holds, on its device, are copied from it (one batched copy). Returns
-    the bytes copied from ``prefetch``."""
+class Pending:
+    """Reads submitted and not yet waited for: ferry futures (or, submitted from a thread,
+    futures of them) and the copies due from a read ahead."""
+
+    def __init__(self) -> None:
+        self.futures: list = []
+        self.copies: list = []  # ((path, offset, buf), part of the read ahead)
+
+    def wait(self, files: Files, prefetch: Prefetch | None) -> int:
+        """Waits for every read and does the copies; raises the first read's error, after all
+        have ended. Returns the bytes copied from ``prefetch``."""
+        copies, self.copies = self.copies, []
+        copied = 0
+        error = None
+        try:
+            if copies:
+                if prefetch.ready():
+                    torch._foreach_copy_([bytes_view(buf) for (_, _, buf), _ in copies], [part for _, part in copies])
+                    if prefetch.device.type == "cuda":
+                        torch.cuda.current_stream(prefetch.device).synchronize()
+                    copied = sum(part.numel() for _, part in copies)
+                else:  # the read ahead failed: these bytes are read as without it
+                    submit_pieces(files, [piece for piece, _ in copies], None, self)
+        except Exception as e:
+            error = e
+        futures, self.futures = self.futures, []
+        for fut in futures:
+            try:
+                fut = fut.result() if isinstance(fut, concurrent.futures.Future) else fut
+                fut.result()
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
+        return copied
+
+
+def _read_batch(group: list) -> Any:
+    bufs = exported([buf for _, _, buf in group])
+    return _ferry.read_batch([(f, offset, buf) for (f, offset, _), buf in zip(group, bufs)])
+
+
+def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending: Pending,
+                  executor: concurrent.futures.Executor | None = None) -> None:
+    """Submits (path, offset, buffer) pieces to ferry, one batch per kind of memory (host, each
+    GPU), from ``executor``'s thread when there is one (a batch's submission waits for room in
+    the engine's queues; the caller goes on meanwhile); the pieces ``prefetch`` holds, on its
+    device, are left to ``pending.wait`` to copy from it."""
     by_device: dict = {}
-    dst, src = [], []
-    ahead = prefetch is not None and prefetch.nbytes > 0 and prefetch.ready()
+    ahead = prefetch is not None and prefetch.nbytes > 0 and not prefetch.failed
     for path, offset, buf in pieces:
         if buf.numel():
             device = buf.device
             if ahead and device == prefetch.device:
                 part = prefetch.take(path, offset, buf.numel() * buf.element_size())
                 if part is not None:
-                    dst.append(buf.view(-1).view(torch.uint8))
-                    src.append(part)
+                    pending.copies.append(((path, offset, buf), part))
                     continue
             by_device.setdefault(str(device), []).append((files.get(path), offset, buf))
-    futures = []
     for group in by_device.values():
-        bufs = exported([buf for _, _, buf in group])
-        futures.append(_ferry.read_batch([(f, offset, buf) for (f, offset, _), buf in zip(group, bufs)]))
-    if dst:
-        torch._foreach_copy_(dst, src)
-        if prefetch.device.type == "cuda":
-            torch.cuda.current_stream(prefetch.device).synchronize()
-    for fut in futures:
-        fut.result()
-    return sum(t.numel() for t in src)
+        pending.futures.append(executor.submit(_read_batch, group) if executor is not None else _read_batch(group))
+
+
+def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
+    """Reads (path, offset, buffer) pieces, one batch per kind of memory (host, each GPU); the
+    pieces ``prefetch`` holds, on its device, are copied from it (one batched copy). Returns
+    the bytes copied from ``prefetch``."""
+    pending = Pending()
+    submit_pieces(files, pieces, prefetch, pending)
+    return pending.wait(files, prefetch)
 
 
 def resolve_tensor(planner: Any, req: Any) -> torch.Tensor:
@@ -227,14 +270,23 @@ def check_ranges(ranges: list) -> None:
 
 
 class ItemReader:
-    """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory."""
+    """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory. The reads
+    start while items are still being added: each ``SUBMIT_BYTES`` of them go to ferry from a
+    thread of the reader's own, so that the disk and the copies work while the rest of the plan
+    is resolved; the round's end (``flush``) waits for them, checks the bytes, copies the staged
+    parts and commits every item. ``close`` waits for reads still in flight (after an error)."""
+
+    SUBMIT_BYTES = 256 << 20
 
     def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None,
                  prefetch: Prefetch | None = None) -> None:
         self.planner, self.files, self.budget = planner, files, max(1, int(budget))
         self.checker, self.prefetch = checker, prefetch
         self.prefetched = 0
-        self.direct: list = []     # (path, offset, buf)
+        self.pending = Pending()
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.unsubmitted = 0       # bytes of self.direct
+        self.direct: list = []     # (path, offset, buf), not yet submitted
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
         self.staged_bytes = 0
@@ -254,6 +306,7 @@ class ItemReader:
             self.commits.append((req, target))
             self.bytes_read += view.numel() * item
             self._check(src, view.storage_offset() * item, view.numel() * item, self.direct[-1][2])
+            self._submit_some(view.numel() * item)
         else:
             first = view.storage_offset()
             last = first + sum((n - 1) * s for n, s in zip(view.size(), view.stride()))
@@ -267,6 +320,15 @@ class ItemReader:
             self.staged_bytes += span
             self.bytes_read += span
             self._check(src, first * item, span, buf)
+            self._submit_some(span)
+
+    def _submit_some(self, nbytes: int) -> None:
+        self.unsubmitted += nbytes
+        if self.unsubmitted >= self.SUBMIT_BYTES:
+            if self.executor is None:
+                self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-dcp-reads")
+            submit_pieces(self.files, self.direct, self.prefetch, self.pending, self.executor)
+            self.direct, self.unsubmitted = [], 0
 
     def _check(self, src: Source, first: int, nbytes: int, buf: torch.Tensor) -> None:
         """Queues the check of bytes [first, first + nbytes) of the source's storage, read into
@@ -291,7 +353,9 @@ class ItemReader:
 
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
-        self.prefetched += read_pieces(self.files, self.direct, self.prefetch)
+        submit_pieces(self.files, self.direct, self.prefetch, self.pending)
+        self.direct, self.unsubmitted = [], 0
+        self.prefetched += self.pending.wait(self.files, self.prefetch)
         if self.checker is not None:
             self.checker.run()
         for s in self.staged:
@@ -300,3 +364,16 @@ class ItemReader:
         for req, target in self.commits:
             self.planner.commit_tensor(req, target)
         self.direct, self.commits, self.staged, self.staged_bytes = [], [], [], 0
+
+    def close(self) -> None:
+        """Waits for the reads in flight (their errors are the load's only when it flushed)
+        and lets the reader's thread go."""
+        self.pending.copies = []
+        try:
+            self.pending.wait(self.files, None)
+        except Exception:
+            pass
+        finally:
+            if self.executor is not None:
+                self.executor.shutdown(wait=True)
+                self.executor = None
