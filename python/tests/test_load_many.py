@@ -182,15 +182,45 @@ def test_raise_malformed(tmp_path, npy_files):
         ferry.load_many([st])
 
 
+# Run as root, the check runs in a process that gives up its capabilities first (those that
+# read any file whatever its mode), before ferry starts a thread: a file of mode 0 is then
+# refused by the kernel as it is for any other user.
+UNREADABLE = """
+import ctypes, sys
+if len(sys.argv) > 3:
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    for d in data:
+        d.effective = 0
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+import ferry
+try:
+    ferry.load_many([sys.argv[1], sys.argv[2]])
+except PermissionError as e:
+    print("PermissionError:", e)
+else:
+    print("read")
+"""
+
+
 def test_unreadable(tmp_path, npy_files):
-    if os.geteuid() == 0:
-        pytest.skip("root reads files whatever their mode")
     paths, _ = npy_files
     p = tmp_path / "locked.npy"
     np.save(p, np.ones(3))
     p.chmod(0)
-    with pytest.raises(PermissionError, match=r"paths\[1\]"):
-        ferry.load_many([paths[0], p])
+    args = [sys.executable, "-c", UNREADABLE, str(paths[0]), str(p)] + (["drop"] if os.geteuid() == 0 else [])
+    run = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("PermissionError:") and "paths[1]" in run.stdout, run.stdout
+    assert str(p) in run.stdout, run.stdout
 
 
 def test_skip_returns_others_and_failures(tmp_path, npy_files):
