@@ -323,6 +323,24 @@ def test_many_files_bench_measures_every_reader(tmp_path):
         assert json.load(f)["files"] == 300
 
 
+def test_many_files_bench_on_the_gpu_sweeps_the_dataloader(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA")
+    r = run([os.path.join(BENCH, "many_files_bench.py"), "--dir", str(tmp_path), "--files", "300",
+             "--min-bytes", "1024", "--max-bytes", "8192", "--rounds", "1", "--device", "cuda",
+             "--sweep-files", "200"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "DataLoader sweep on 200 files" in r.stderr and r.stderr.count(" w, b ") == 16, r.stderr[-2000:]
+    rows = re.findall(r"^\| (DataLoader [^|]*) \| \d+\.\d+ \| \d+ \|", r.stdout, re.M)
+    assert "DataLoader (0 workers, batch 1)" in rows, rows
+    assert re.search(r"^\| DataLoader at its best \(\d+ workers, batch \d+, prefetch_factor \d+[^|]*\) \| .* \| 1\.00x \|",
+                     r.stdout, re.M), r.stdout
+    for name in ("ferry.load loop", "load_many cupy", "load_many torch"):
+        assert re.search(r"\| %s \| \d+\.\d+ \| \d+ \|" % re.escape(name), r.stdout), r.stdout
+
+
 URING_BASELINE = os.path.join(os.path.dirname(CLI), "..", "bench", "ferry_uring_files") if CLI else ""
 
 
