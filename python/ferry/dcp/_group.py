@@ -151,7 +151,8 @@ def _piece(buf: torch.Tensor, p: Any) -> torch.Tensor:
 def _layout(reader: Any, key: tuple, buf: torch.Tensor, name: str) -> Any:
     length = key[2]
     head = buf[:HEAD_BYTES].cpu().numpy().tobytes()
-    tail = buf[length - HEAD_BYTES:].cpu().numpy().tobytes() if length > HEAD_BYTES else b""
+    def tail() -> bytes:  # read only where the head's layout is not known yet
+        return buf[length - HEAD_BYTES:].cpu().numpy().tobytes() if length > HEAD_BYTES else b""
     return reader.layouts.layout(head, tail, length, reader._source_path(key[0]), name)
 
 

@@ -31,15 +31,29 @@ from ._reads import DEFAULT_MEMORY_BUDGET, Files, ItemReader, Prefetch, Source, 
 
 
 class _Record:
-    """One record of a .distcp file: its edges, or all of it when it is small. ``head`` and
-    ``tail`` are set by ``FileSystemReader.records``: views of one buffer for a whole load."""
+    """One record of a .distcp file: its first bytes, or all of it when it is small. ``head``
+    is set by ``FileSystemReader.records``: a view of one buffer for a whole load. The last
+    bytes (``tail``) are read only where the record's layout is not known from another record
+    with the same first bytes: most records of a checkpoint share a few layouts."""
 
     def __init__(self, path: str, offset: int, length: int, whole: bool = False) -> None:
         self.path, self.offset, self.length = path, offset, length
         self.whole = whole or length <= HEAD_BYTES + TAIL_BYTES
         self.head_bytes = length if self.whole else HEAD_BYTES
         self.tail_bytes = 0 if self.whole else TAIL_BYTES
-        self.head = self.tail = np.empty(0, np.uint8)
+        self.head = np.empty(0, np.uint8)
+        self.tail_read = 0
+
+    def tail(self, files: Files) -> Any:
+        """A function that reads the record's last bytes (b"" for a record read whole)."""
+        def read() -> bytes:
+            if not self.tail_bytes:
+                return b""
+            buf = np.empty(self.tail_bytes, np.uint8)
+            _ferry.read_batch([(files.get(self.path), self.offset + self.length - self.tail_bytes, buf)]).result()
+            self.tail_read += buf.size
+            return buf.tobytes()
+        return read
 
 
 class FileSystemReader(_fs.FileSystemReader):
@@ -198,8 +212,8 @@ class FileSystemReader(_fs.FileSystemReader):
         return fut
 
     def records(self, items: list, files: Files) -> dict:
-        """The record of each item's storage index, its edges read (one batch, all files, into
-        one host buffer: a piece per edge, handed over as NumPy views)."""
+        """The record of each item's storage index, its first bytes read (one batch, all files,
+        into one host buffer, handed over as NumPy views)."""
         recs: dict = {}
         ranges = []
         for req in items:
@@ -211,18 +225,13 @@ class FileSystemReader(_fs.FileSystemReader):
                                     whole=req.type == LoadItemType.BYTE_IO)
                 ranges.append((path, info.offset, info.length, item_name(req)))
         check_ranges(ranges)
-        buf = np.empty(sum(r.head_bytes + r.tail_bytes for r in recs.values()), np.uint8)
+        buf = np.empty(sum(r.head_bytes for r in recs.values()), np.uint8)
         pieces, at = [], 0
         for r in recs.values():
             r.head = buf[at:at + r.head_bytes]
             at += r.head_bytes
-            r.tail = buf[at:at + r.tail_bytes]
-            at += r.tail_bytes
-            f = files.get(r.path)
             if r.head_bytes:
-                pieces.append((f, r.offset, r.head))
-            if r.tail_bytes:
-                pieces.append((f, r.offset + r.length - r.tail_bytes, r.tail))
+                pieces.append((files.get(r.path), r.offset, r.head))
         if pieces:
             _ferry.read_batch(pieces).result()
         return recs
@@ -244,7 +253,8 @@ class FileSystemReader(_fs.FileSystemReader):
             reader.close()
         ahead_bytes = ahead.nbytes if ahead is not None and not ahead.failed else 0
         return {"bytes_read": reader.bytes_read - reader.prefetched + ahead_bytes
-                + sum(r.head.size + r.tail.size for r in recs.values()),
+                + sum(r.head.size + r.tail_read for r in recs.values()),
+                "record_tails_read": sum(r.tail_read > 0 for r in recs.values()),
                 "prefetched_bytes": ahead_bytes, "copied_from_prefetch": reader.prefetched,
                 "verified_bytes": reader.checker.bytes if reader.checker is not None else 0}
 
@@ -273,7 +283,7 @@ class FileSystemReader(_fs.FileSystemReader):
             self.planner_load_bytes(reader.planner, req, rec.head.tobytes())
             return
         head = rec.head.tobytes()
-        layout = self.layouts.layout(head, rec.tail.tobytes(), rec.length, rec.path, name)
+        layout = self.layouts.layout(head, rec.tail(reader.files), rec.length, rec.path, name)
         src = Source(rec.path, rec.offset + layout.data_offset, layout.tensor, name)
         if rec.whole:
             reader.add_loaded(req, tensor_of(torch.from_numpy(rec.head), layout), src)

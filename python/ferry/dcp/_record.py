@@ -196,12 +196,14 @@ class LayoutCache:
     def __init__(self) -> None:
         self.by_offset: dict = {}   # data_offset -> {head[:data_offset]: Layout}
 
-    def layout(self, head: bytes, tail: bytes, length: int, filename: str, tensor_name: str) -> Layout:
+    def layout(self, head: bytes, tail: Any, length: int, filename: str, tensor_name: str) -> Layout:
+        """The layout of a record from its ``head``; ``tail``: its last bytes, or a function
+        that reads them, called only when no record parsed before has the same head."""
         for offset, known in self.by_offset.items():
             hit = known.get(head[:offset]) if offset <= len(head) else None
             if hit is not None and hit.data_offset + hit.storage_bytes <= length:
                 return hit
-        got = parse(head, tail, length, filename, tensor_name)
+        got = parse(head, tail() if callable(tail) else tail, length, filename, tensor_name)
         if got.data_offset <= len(head):
             self.by_offset.setdefault(got.data_offset, {})[head[:got.data_offset]] = got
         return got
