@@ -254,6 +254,20 @@ def resolve_tensor(planner: Any, req: Any) -> torch.Tensor:
     return planner.resolve_tensor(req)
 
 
+def whole_target(planner: Any, req: Any, layout: torch.Tensor) -> torch.Tensor | None:
+    """The destination of a read item when the item is its whole stored tensor, contiguous, and
+    lands in a plain contiguous tensor of the state dict of the same dtype and shape, through
+    torch's own planner: ``resolve_tensor`` would return that tensor itself. None otherwise."""
+    if type(planner) is not DefaultLoadPlanner or any(req.storage_offsets) or any(req.dest_offsets):
+        return None
+    obj = planner.state_dict.get(req.dest_index.fqn)
+    if (type(obj) is torch.Tensor and not obj.__dict__ and not obj.requires_grad
+            and obj.dtype == layout.dtype and obj.size() == req.lengths == layout.size()
+            and obj.is_contiguous() and layout.is_contiguous()):
+        return obj
+    return None
+
+
 def check_ranges(ranges: list) -> None:
     """Each (path, offset, length, name) lies inside its file: a truncated or missing file is
     named, with the tensor, before any byte is read."""
@@ -293,6 +307,18 @@ class ItemReader:
         self.bytes_read = 0
 
     def add(self, req: Any, src: Source) -> None:
+        target = whole_target(self.planner, req, src.layout)
+        if target is not None:  # the common case, without the views below
+            layout = src.layout
+            nbytes = target.numel() * target.element_size()
+            first = layout.storage_offset() * target.element_size()
+            if nbytes:
+                self.direct.append((src.path, src.base + first, bytes_view(target)))
+                self.bytes_read += nbytes
+                self._check(src, first, nbytes, self.direct[-1][2])
+            self.commits.append((req, target))
+            self._submit_some(nbytes)
+            return
         view = narrow_tensor_by_index(src.layout, req.storage_offsets, req.lengths)
         target = resolve_tensor(self.planner, req).detach()
         if target.size() != view.size():
