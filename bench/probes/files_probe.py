@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where the time of many small hot files goes on a machine: open/close alone, open+read+close
 (one thread and a pool), np.load, ferry.load_many into host and GPU memory; on the given folder
-and on a copy in /dev/shm (tmpfs), so the file system's share shows.
-    python3 bench/probes/files_probe.py --dir DIR --files 20000 [--device cuda]
+and on a copy in /dev/shm (tmpfs), so the file system's share shows. With --native, also
+load_many into --device of the same arrays saved native and in C order, so the share of the
+byte swaps and transposes shows.
+    python3 bench/probes/files_probe.py --dir DIR --files 20000 [--device cuda] [--native]
 """
 import argparse, concurrent.futures as cf, importlib.util, os, shutil, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -15,6 +17,7 @@ ap.add_argument("--files", type=int, default=20000)
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--threads", type=int, default=16)
 ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--native", action="store_true", help="also the same arrays native and C-ordered")
 a = ap.parse_args()
 import ferry  # noqa: E402
 
@@ -90,12 +93,27 @@ def scaling(paths):
             "%s %s" % (k, ("%.1f ms" % (v * 1e3)) if isinstance(v, float) else v) for k, v in _many_device.last_call.items())))
 
 
-def run(label, paths):
+def native_copy(paths):
+    """The same arrays saved native and C-ordered, beside the originals (made once)."""
+    folder = os.path.dirname(paths[0]) + "-native"
+    out = [os.path.join(folder, os.path.basename(p)) for p in paths]
+    if not os.path.exists(os.path.join(folder, ".complete")):
+        os.makedirs(folder, exist_ok=True)
+        for p, q in zip(paths, out):
+            x = np.load(p)
+            np.save(q, np.ascontiguousarray(x, x.dtype.newbyteorder("=")))
+        open(os.path.join(folder, ".complete"), "w").close()
+    return out
+
+
+def run(label, paths, only=None):
     for p in paths:
         read_all(p)
     best = {}
     for _ in range(a.rounds):
         for k, fn in cases(paths).items():
+            if only and not k.startswith(only):
+                continue
             t0 = time.perf_counter(); fn(); t = time.perf_counter() - t0
             best[k] = min(best.get(k, t), t)
     for k, t in best.items():
@@ -106,6 +124,8 @@ paths = mfb.prepare(a.dir, a.files, 16 << 10, 256 << 10)
 print("%d files, %.2f GB" % (len(paths), sum(os.path.getsize(p) for p in paths) / 1e9))
 scaling(paths)
 run("disk", paths)
+if a.native:
+    run("native", native_copy(paths), only="load_many")
 shm = "/dev/shm/files-probe"
 if not os.path.exists(shm):
     shutil.copytree(os.path.dirname(paths[0]), shm)
