@@ -21,7 +21,7 @@ timeout 200 python3 -X faulthandler -m pytest -q -rs ${PYTESTS:-python/tests/tes
 grep -E "^(FAILED|ERROR)|^E  |passed|failed|Fatal" "$out/pytest.txt" | tail -15
 for r in ${ROUND:-files moe many_files}; do
   case $r in
-    files) timeout 200 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 ;;
+    files) timeout 240 python3 bench/probes/files_probe.py --dir $TMPDIR/mf --files 20000 --device cuda --rounds 3 --native ;;
     moe) timeout 200 python3 bench/probes/moe_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 ;;
     # Where the MoE load's wrapping goes, and the load with fewer I/O threads.
     wrap) timeout 150 python3 bench/probes/wrap_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 --threads ${WRAP_THREADS:-8,12} ;;
