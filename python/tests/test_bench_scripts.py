@@ -369,7 +369,9 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
         rows = json.load(f)["rows"]
     who = {(row["what"].split(",")[0].split(" ")[0], row["who"]) for row in rows}
     for want in [("save", "ferry.dcp.FileSystemWriter"), ("save", "torch FileSystemWriter thread_count=2"),
-                 ("save", "ceiling: 16-thread pwrite + fsync"), ("load", "ferry.dcp.FileSystemReader"),
+                 ("save", "ferry.dcp.FileSystemWriter thread_count=2"),
+                 ("save", "ceiling: 16-thread pwrite + fsync, 1 file"),
+                 ("save", "ceiling: 16-thread pwrite + fsync, 16 files"), ("load", "ferry.dcp.FileSystemReader"),
                  ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
                  ("async_save", "ferry.dcp.FileSystemWriter, made once with cache_staged_state_dict=True: "
                                 "caller blocked"),

@@ -297,6 +297,23 @@ def test_records_of_one_layout_are_parsed_from_their_first_bytes(tmp_path):
     assert 1 <= reader.stats["record_tails_read"] <= 2, reader.stats
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_ranks_files_are_written_side_by_side(tmp_path, sync):
+    """thread_count files per rank, as torch's writer makes them, written at once: each file
+    DCP's own (torch's reader loads them), each tensor's checksum recorded and checked."""
+    sd = _state()
+    folder = str(tmp_path / "ck")
+    writer = ferry.dcp.FileSystemWriter(folder, thread_count=4, sync_files=sync)
+    dcp.save(sd, storage_writer=writer)
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".distcp"))
+    assert len(names) == 4 and not [f for f in os.listdir(folder) if f.endswith(".tmp")], names
+    for reader in (dcp.FileSystemReader(folder), ferry.dcp.FileSystemReader(folder, verify="always")):
+        out = _blank(sd)
+        dcp.load(out, storage_reader=reader)
+        _same(sd, out)
+    assert reader.stats["verified_bytes"] >= sd["extra"]["big"].nbytes, reader.stats
+
+
 def test_a_second_save_into_the_same_folder_replaces_it(tmp_path):
     folder = str(tmp_path / "ck")
     dcp.save({"w": torch.ones(1000)}, storage_writer=ferry.dcp.FileSystemWriter(folder))
@@ -426,7 +443,9 @@ def test_a_writer_killed_mid_save(tmp_path):
         assert torch.all(out["w%d" % i] == i)
 
 
-def test_a_full_disk_leaves_nothing_loadable_behind(tmp_path):
+@pytest.mark.parametrize("files", [1, 4])
+def test_a_full_disk_leaves_nothing_loadable_behind(tmp_path, files):
+    """Also when a rank's files are written side by side (thread_count files)."""
     from test_checkpoint_generations import _mount_tmpfs
 
     disk = tmp_path / "small"
@@ -435,9 +454,9 @@ def test_a_full_disk_leaves_nothing_loadable_behind(tmp_path):
     try:
         ok = {"w": torch.ones(1 << 18)}   # 1 MiB
         dcp.save(ok, storage_writer=ferry.dcp.FileSystemWriter(str(disk / "prev")))
+        big = {"w%d" % i: torch.ones((2 << 20) // files) for i in range(files)}  # 8 MiB: more than is left
         with pytest.raises(DCP_ERRORS) as e:
-            dcp.save({"w": torch.ones(2 << 20)},   # 8 MiB: more than is left
-                     storage_writer=ferry.dcp.FileSystemWriter(str(disk / "next")))
+            dcp.save(big, storage_writer=ferry.dcp.FileSystemWriter(str(disk / "next"), thread_count=files))
         assert isinstance(_cause(e), OSError), e.value
         assert "space" in str(_cause(e)).lower(), _cause(e)
         assert sorted(os.listdir(disk / "next")) == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -188,19 +189,16 @@ class FileSystemWriter(_fs.FileSystemWriter):
             except queue.Empty:
                 break
         results: list = []
-        done: list = []
-        try:
-            for path, storage_key, items in jobs:
-                layout = self._layout(planner, storage_key, items)
-                done.append(self._write_file(os.fspath(path), layout))
-                results += layout.results
-        except BaseException:  # nothing of a failed save stays behind
-            for path in done:
-                if os.path.exists(path):
-                    os.remove(path)
-            raise
-        if self.sync_files and jobs:
-            _fsync_dir(os.fspath(self.path))
+        files = []
+        for path, storage_key, items in jobs:
+            layout = self._layout(planner, storage_key, items)
+            files.append((os.fspath(path), layout))
+        if files:
+            self._write_files(files)  # records the checksums in the layouts' results
+            if self.sync_files:
+                _fsync_dir(os.fspath(self.path))
+        for _, layout in files:
+            results += layout.results
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -246,31 +244,51 @@ class FileSystemWriter(_fs.FileSystemWriter):
                                              sd.relative_path, sd.offset, sd.length, sd.transform_descriptors,
                                              storage=(begin, nbytes, name, hex_of(c))))
 
-    def _write_file(self, path: str, layout: _FileLayout) -> str:
-        """Writes the file as path.tmp, then renames it into place; returns the path."""
-        tmp = path + ".tmp"
+    def _write_files(self, files: list) -> None:
+        """Writes each (path, layout) as path.tmp, the writes of every file in flight at once
+        (a rank's files, ``thread_count`` of them, fill the page cache side by side where one
+        file's writes take its inode's lock in turn), syncs them side by side when
+        ``sync_files``, and renames each into place. Nothing of a failed write stays behind."""
+        opened: list = []   # (path, ferry.File of path.tmp)
+        renamed: list = []
         try:
-            with _ferry.File(tmp, "w") as f:
-                # exported waits for each GPU's queued work: the tensors' producers are done.
-                bufs = exported([buf for _, buf in layout.pieces])
-                futures = [f.pwrite(buf, at) for (at, _), buf in zip(layout.pieces, bufs)]
-                errors = []
-                try:  # hashed while the writes run
+            for path, _ in files:
+                opened.append((path, _ferry.File(path + ".tmp", "w")))
+            # exported waits for each GPU's queued work once: the tensors' producers are done.
+            bufs = iter(exported([buf for _, layout in files for _, buf in layout.pieces]))
+            futures = [f.pwrite(next(bufs), at) for (_, f), (_, layout) in zip(opened, files)
+                       for at, _ in layout.pieces]
+            errors = []
+            try:  # hashed while the writes run
+                for _, layout in files:
                     self._record_checksums(layout)
+            except BaseException as e:
+                errors.append(e)
+            for fut in futures:  # every write ends before a file closes, failed or not
+                try:
+                    fut.result()
                 except BaseException as e:
                     errors.append(e)
-                for fut in futures:  # every write ends before the file closes, failed or not
-                    try:
-                        fut.result()
-                    except BaseException as e:
-                        errors.append(e)
-                if errors:
-                    raise errors[0]
-                if self.sync_files:
-                    f.sync()
-            os.replace(tmp, path)
+            if errors:
+                raise errors[0]
+            if self.sync_files:
+                if len(opened) == 1:
+                    opened[0][1].sync()
+                else:
+                    with ThreadPoolExecutor(min(len(opened), 16), thread_name_prefix="ferry-dcp-sync") as pool:
+                        list(pool.map(lambda pf: pf[1].sync(), opened))
+            for path, f in opened:
+                f.close()
+            for path, _ in opened:
+                os.replace(path + ".tmp", path)
+                renamed.append(path)
         except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            for path, f in opened:
+                try:
+                    f.close()  # waits for its writes in flight
+                except Exception:
+                    pass
+                for leftover in (path + ".tmp",) + ((path,) if path in renamed else ()):
+                    if os.path.exists(leftover):
+                        os.remove(leftover)
             raise
-        return path
