@@ -38,6 +38,9 @@ for r in ${ROUND:-files moe many_files}; do
     # Issue 36's load: DCP into GPU tensors, ferry's reader with and without reading ahead.
     dcp) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-8G} --tensors 512 --device cuda \
         --rounds 2 --only load --json "$out/dcp.json" | tail -8 ;;
+    # Issue 36's saves: each writer at each thread_count, the disk's ceiling into 1 and 16 files.
+    dcp_save) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcps --size ${DCP_SAVE_SIZE:-2G} --tensors 512 --device cuda \
+        --rounds 2 --threads 1,4,16 --only save --json "$out/dcp_save.json" | tail -16 ;;
     # Where ferry.dcp's read_data spends its time per item (cProfile).
     dcp_read) timeout 200 python3 bench/probes/dcp_read_probe.py --size ${DCP_READ_SIZE:-512M} --tensors 512 --device cuda --top 30 --submit ${DCP_SUBMIT:-256,0} ;;
     many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
