@@ -145,17 +145,19 @@ class Prefetch:
         self.buf, self.at = torch.empty(0, dtype=torch.uint8), {}
 
 
-def exported(bufs: list) -> list:
+def exported(bufs: list, wait: bool = True) -> list:
     """Tensors as ferry takes them at least cost, in order: host uint8 tensors as NumPy arrays
     (the buffer protocol), other tensors as DLPack capsules from torch's C exporter, GPU ones
     once each of their devices has finished its queued work. Through torch's ``__dlpack__``
     instead, a GPU tensor builds stream and event objects to order ferry's access after its
     producer's, each time, as the reader did for every item and every checksum; one wait per
     device then capsules is what ``ferry.load_checkpoint(into=...)`` does for the same reason.
-    Anything else (a tensor that needs grad, another library's array) is left as it is."""
-    devices = sorted({b.get_device() for b in bufs if isinstance(b, torch.Tensor) and b.is_cuda})
-    for d in devices:
-        torch.cuda.synchronize(d)
+    Anything else (a tensor that needs grad, another library's array) is left as it is.
+    ``wait=False`` leaves out the wait, for a caller that waited already: a device-wide wait
+    also waits for ferry's own copies in flight, which would serialize batches of one load."""
+    if wait:
+        for d in sorted({b.get_device() for b in bufs if isinstance(b, torch.Tensor) and b.is_cuda}):
+            torch.cuda.synchronize(d)
     out = []
     for b in bufs:
         if isinstance(b, torch.Tensor) and not b.requires_grad:
@@ -204,13 +206,13 @@ class Pending:
         return copied
 
 
-def _read_batch(group: list) -> Any:
-    bufs = exported([buf for _, _, buf in group])
+def _read_batch(group: list, wait: bool = True) -> Any:
+    bufs = exported([buf for _, _, buf in group], wait)
     return _ferry.read_batch([(f, offset, buf) for (f, offset, _), buf in zip(group, bufs)])
 
 
 def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending: Pending,
-                  executor: concurrent.futures.Executor | None = None) -> None:
+                  executor: concurrent.futures.Executor | None = None, wait: bool = True) -> None:
     """Submits (path, offset, buffer) pieces to ferry, one batch per kind of memory (host, each
     GPU), from ``executor``'s thread when there is one (a batch's submission waits for room in
     the engine's queues; the caller goes on meanwhile); the pieces ``prefetch`` holds, on its
@@ -227,7 +229,8 @@ def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending
                     continue
             by_device.setdefault(str(device), []).append((files.get(path), offset, buf))
     for group in by_device.values():
-        pending.futures.append(executor.submit(_read_batch, group) if executor is not None else _read_batch(group))
+        pending.futures.append(executor.submit(_read_batch, group, wait) if executor is not None
+                               else _read_batch(group, wait))
 
 
 def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
@@ -300,6 +303,9 @@ class ItemReader:
         self.pending = Pending()
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.unsubmitted = 0       # bytes of self.direct
+        # The round's first batch waits for the GPUs' queued work (the destinations' producers,
+        # the last round's copies out of its staging buffers); the later ones need not.
+        self.waited = False
         self.direct: list = []     # (path, offset, buf), not yet submitted
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
@@ -353,8 +359,8 @@ class ItemReader:
         if self.unsubmitted >= self.SUBMIT_BYTES:
             if self.executor is None:
                 self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-dcp-reads")
-            submit_pieces(self.files, self.direct, self.prefetch, self.pending, self.executor)
-            self.direct, self.unsubmitted = [], 0
+            submit_pieces(self.files, self.direct, self.prefetch, self.pending, self.executor, not self.waited)
+            self.direct, self.unsubmitted, self.waited = [], 0, True
 
     def _check(self, src: Source, first: int, nbytes: int, buf: torch.Tensor) -> None:
         """Queues the check of bytes [first, first + nbytes) of the source's storage, read into
@@ -379,7 +385,7 @@ class ItemReader:
 
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
-        submit_pieces(self.files, self.direct, self.prefetch, self.pending)
+        submit_pieces(self.files, self.direct, self.prefetch, self.pending, None, not self.waited)
         self.direct, self.unsubmitted = [], 0
         self.prefetched += self.pending.wait(self.files, self.prefetch)
         if self.checker is not None:
@@ -390,6 +396,7 @@ class ItemReader:
         for req, target in self.commits:
             self.planner.commit_tensor(req, target)
         self.direct, self.commits, self.staged, self.staged_bytes = [], [], [], 0
+        self.waited = False
 
     def close(self) -> None:
         """Waits for the reads in flight (their errors are the load's only when it flushed)
