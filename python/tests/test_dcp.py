@@ -255,9 +255,9 @@ def test_reads_start_while_the_plan_is_resolved(tmp_path, monkeypatch, prefetch)
     threads = []
     batch = _reads._read_batch
 
-    def counted(group):
+    def counted(group, wait=True):
         threads.append(__import__("threading").current_thread().name)
-        return batch(group)
+        return batch(group, wait)
 
     monkeypatch.setattr(_reads, "_read_batch", counted)
     monkeypatch.setattr(_reads.ItemReader, "SUBMIT_BYTES", 1)
