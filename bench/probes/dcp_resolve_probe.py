@@ -2,6 +2,8 @@
 """Time ferry.dcp's reader spends finding each read item's destination: ferry.dcp's
 resolve_tensor (torch's default planner's result made directly for plain tensors) against the
 planner's own resolve_tensor, over the same loads of bench/dcp_bench.py's state dict, taking turns.
+The reader's shortcut for items that are their whole tensor (whole_target, which finds the
+destination without resolving a view) is turned off, so that every item resolves.
     python3 bench/probes/dcp_resolve_probe.py [--size 64M] [--tensors 512] [--rounds 3]
 """
 import argparse, os, shutil, sys, tempfile, time, warnings
@@ -25,6 +27,7 @@ folder = tempfile.mkdtemp(prefix="ferry-dcp-resolve-")
 try:
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder, sync_files=False))
     out = b.blank(torch, sd)
+    reads.whole_target = lambda planner, req, layout: None
     ways = {"ferry.dcp resolve_tensor": reads.resolve_tensor,
             "planner.resolve_tensor": lambda planner, req: planner.resolve_tensor(req)}
     spent = {k: [] for k in ways}
