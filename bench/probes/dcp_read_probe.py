@@ -32,7 +32,7 @@ try:
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder, sync_files=False))
     out = b.blank(torch, sd)
     default = _reads.ItemReader.SUBMIT_BYTES
-    sizes = [int(x) for x in a.submit.split(",") if x] or [default >> 20]
+    sizes = [int(x) for x in a.submit.split(",") if x] or [(default or 0) >> 20]
     best: dict = {}
     for _ in range(a.rounds):
         for mib in sizes:

@@ -287,13 +287,18 @@ def check_ranges(ranges: list) -> None:
 
 
 class ItemReader:
-    """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory. The reads
-    start while items are still being added: each ``SUBMIT_BYTES`` of them go to ferry from a
-    thread of the reader's own, so that the disk and the copies work while the rest of the plan
-    is resolved; the round's end (``flush``) waits for them, checks the bytes, copies the staged
-    parts and commits every item. ``close`` waits for reads still in flight (after an error)."""
+    """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory; the
+    round's end (``flush``) reads what was added, checks the bytes, copies the staged parts and
+    commits every item. With ``SUBMIT_BYTES``, the reads start while items are still being
+    added: each ``SUBMIT_BYTES`` of them go to ferry from a thread of the reader's own, so that
+    the disk and the copies could work while the rest of the plan is resolved. Off (None) by
+    default: on an H100 machine an 8 GiB load spent longer in read_data with it (334 ms at
+    256 MiB, 529 ms at 64 MiB, 279 ms without), its batches then each waiting for the GPU's
+    copies of the ones before; that wait is now once per round, not yet measured on a GPU
+    (bench/probes/dcp_read_probe.py --submit compares). ``close`` waits for reads still in
+    flight (after an error)."""
 
-    SUBMIT_BYTES = 256 << 20
+    SUBMIT_BYTES: int | None = None
 
     def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None,
                  prefetch: Prefetch | None = None) -> None:
@@ -356,7 +361,7 @@ class ItemReader:
 
     def _submit_some(self, nbytes: int) -> None:
         self.unsubmitted += nbytes
-        if self.unsubmitted >= self.SUBMIT_BYTES:
+        if self.SUBMIT_BYTES and self.unsubmitted >= self.SUBMIT_BYTES:
             if self.executor is None:
                 self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-dcp-reads")
             submit_pieces(self.files, self.direct, self.prefetch, self.pending, self.executor, not self.waited)
