@@ -179,6 +179,49 @@ def test_a_planner_of_its_own_resolves_every_item(tmp_path):
     assert seen == ["extra.bf16"], seen
 
 
+def test_a_save_planner_of_its_own_resolves_every_item(tmp_path):
+    """ferry's writer takes a plain tensor of the state dict itself under torch's own
+    DefaultSavePlanner (what its resolve_data returns, without its per-item Protocol checks);
+    a planner of the caller's, even a subclass, and a tensor with attributes of its own are
+    asked through resolve_data. The files are the same either way."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    from torch.distributed.checkpoint.planner import WriteItemType
+
+    sd = _state()
+    asked = []
+
+    class Counting(DefaultSavePlanner):
+        def resolve_data(self, write_item):
+            if write_item.type != WriteItemType.BYTE_IO:
+                asked.append(write_item.index.fqn)
+            return super().resolve_data(write_item)
+
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "a")), planner=Counting())
+    assert "extra.big" in asked and "extra.bf16" in asked and len(asked) == len(set(asked)), asked
+
+    seen = []
+    real = DefaultSavePlanner.resolve_data
+
+    def spy(self, write_item):
+        if write_item.type != WriteItemType.BYTE_IO:
+            seen.append(write_item.index.fqn)
+        return real(self, write_item)
+    sd["extra"]["bf16"].note = "mine"
+    DefaultSavePlanner.resolve_data = spy
+    try:
+        dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "b")))
+    finally:
+        DefaultSavePlanner.resolve_data = real
+    assert seen == ["extra.bf16"], seen
+    for folder in ("a", "b"):
+        out = _blank(sd)
+        dcp.load(out, storage_reader=dcp.FileSystemReader(str(tmp_path / folder)))
+        _same(sd, out)
+    names = sorted(f for f in os.listdir(tmp_path / "a") if f.endswith(".distcp"))
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
 def test_files_are_dcps_own(tmp_path):
     """The same files, and the same records in them, as torch's writer makes."""
     sd = _state()

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.distributed.checkpoint import filesystem as _fs
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
@@ -65,6 +66,21 @@ class _FileLayout:
             self.size += sk.nbytes
             self.add_bytes(sk.tail)
         return at
+
+
+def resolve_data(planner: SavePlanner, item: Any) -> torch.Tensor:
+    """The tensor a write item writes: ``planner.resolve_data(item)``. For torch's own planner
+    (not a subclass, which may resolve otherwise) and a plain tensor of the state dict (no
+    subclass such as DTensor, no attributes of its own), what that call returns, the tensor
+    itself, is taken here: torch's lookup tests each tensor against runtime-checkable
+    Protocols first, about 45 µs an item under Python 3.11 on the CPU machine, as the reader's
+    ``resolve_tensor`` found for loads. Anything else goes through the planner."""
+    if type(planner) is DefaultSavePlanner:
+        index = item.index
+        obj = planner.state_dict.get(index.fqn)
+        if type(obj) is torch.Tensor and not obj.__dict__ and (index.offset is None or not any(index.offset)):
+            return obj
+    return planner.resolve_data(item)
 
 
 def _cuda_devices(obj: Any) -> set:
@@ -212,7 +228,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
             at = layout.add_bytes(data.getbuffer())
             layout.results.append(self._result(item, storage_key, at, layout.size - at))
         for item in (i for i in items if i.type != WriteItemType.BYTE_IO):
-            t = planner.resolve_data(item).detach()
+            t = resolve_data(planner, item).detach()
             if not t.is_contiguous():
                 t = t.contiguous()
             key = (tuple(t.shape), t.dtype)
