@@ -134,7 +134,7 @@ def test_interop_both_ways_byte_exact(tmp_path, writer, reader):
     _same(sd, out)
 
 
-def test_a_planner_of_its_own_resolves_every_item(tmp_path):
+def test_a_planner_of_its_own_resolves_every_item(tmp_path, monkeypatch):
     """ferry's reader finds the destination of a plain tensor itself when the planner is
     torch's own DefaultLoadPlanner (what its resolve_tensor would return, without its per-item
     Protocol checks); a planner of the caller's, even a subclass, and a state dict tensor with
@@ -170,16 +170,14 @@ def test_a_planner_of_its_own_resolves_every_item(tmp_path):
         return real(self, read_item)
     out = _blank(sd)
     out["extra"]["bf16"].note = "mine"
-    DefaultLoadPlanner.resolve_tensor = spy
-    try:
-        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(tmp_path / "ck")))
-    finally:
-        DefaultLoadPlanner.resolve_tensor = real
+    monkeypatch.setattr(DefaultLoadPlanner, "resolve_tensor", spy)
+    dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(str(tmp_path / "ck")))
+    monkeypatch.undo()
     _same(sd, out)
     assert seen == ["extra.bf16"], seen
 
 
-def test_a_save_planner_of_its_own_resolves_every_item(tmp_path):
+def test_a_save_planner_of_its_own_resolves_every_item(tmp_path, monkeypatch):
     """ferry's writer takes a plain tensor of the state dict itself under torch's own
     DefaultSavePlanner (what its resolve_data returns, without its per-item Protocol checks);
     a planner of the caller's, even a subclass, and a tensor with attributes of its own are
@@ -207,11 +205,9 @@ def test_a_save_planner_of_its_own_resolves_every_item(tmp_path):
             seen.append(write_item.index.fqn)
         return real(self, write_item)
     sd["extra"]["bf16"].note = "mine"
-    DefaultSavePlanner.resolve_data = spy
-    try:
-        dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "b")))
-    finally:
-        DefaultSavePlanner.resolve_data = real
+    monkeypatch.setattr(DefaultSavePlanner, "resolve_data", spy)
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(str(tmp_path / "b")))
+    monkeypatch.undo()
     assert seen == ["extra.bf16"], seen
     for folder in ("a", "b"):
         out = _blank(sd)
