@@ -12,7 +12,7 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   disk's ceiling, 16 threads' ``pwrite`` + ``fsync`` of the same bytes from host memory (pinned
   on a GPU machine) into one file and into 16 files side by side;
 * load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader
-  (as it comes, reading ahead within its default memory budget, and with a budget that lets it
+  (as it comes, checking the checksums its writer recorded; with ``verify="never"``, reading ahead within its default memory budget, and with a budget that lets it
   read the whole checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
   files (``ferry.read_batch`` of every byte) as the ceiling;
 * ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
@@ -145,11 +145,14 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     out = blank(torch, sd)
     sizes = [os.path.getsize(p) for p in paths]
     raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
-    # ferry's reader as it comes (no reads ahead), reading ahead within its default memory
+    # ferry's reader as it comes (no reads ahead; the bytes checked against the checksums its
+    # writer recorded), without the checks (the raw read checks nothing), reading ahead within its default memory
     # budget (three quarters of 1 GiB), and with a budget that lets it read the whole
     # checkpoint ahead while DCP plans.
     whole = (sum(sizes) * 4) // 3 + (64 << 20)
     configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
+               ("ferry.dcp.FileSystemReader, verify='never'",
+                lambda: ferry.dcp.FileSystemReader(folder, verify="never")),
                ("ferry.dcp.FileSystemReader, prefetch=%s" % a.device,
                 lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device)),
                ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),

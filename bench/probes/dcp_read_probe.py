@@ -4,7 +4,11 @@ by ferry's writer, loaded with dcp.load into tensors on --device (hot), the best
 phases from the reader's stats, then one load with read_data under cProfile (top functions by
 their own time; nanobind calls count in their Python callers). With --submit MiB,..., the
 rounds are run for each of the sizes the reader hands its reads to ferry in while it resolves
-the plan (ItemReader.SUBMIT_BYTES; 0: all at the end), taking turns, best of each.
+the plan (ItemReader.SUBMIT_BYTES; 0: all at the end), taking turns, best of each. Beside them,
+in the same rounds: the load with verify="never" (what the checksums cost), the reader's own
+pieces (each item's file, offset and destination, recorded from one load) read by ferry alone,
+and ferry's raw read of the files into one buffer: what the pieces' layout costs the engine,
+apart from DCP and the reader's per-item work.
     python3 bench/probes/dcp_read_probe.py [--size 512M] [--tensors 512] [--device cuda] [--submit 256,0]
 """
 import argparse, cProfile, os, pstats, shutil, sys, tempfile, time, warnings
@@ -34,6 +38,45 @@ try:
     default = _reads.ItemReader.SUBMIT_BYTES
     sizes = [int(x) for x in a.submit.split(",") if x] or [(default or 0) >> 20]
     best: dict = {}
+    recorded: list = []
+    submit = _reads.submit_pieces
+
+    def record(files, pieces, *args, **kw):
+        recorded.extend(pieces)
+        return submit(files, pieces, *args, **kw)
+    _reads.submit_pieces = record
+    dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(folder, prefetch=None))
+    _reads.submit_pieces = submit
+    paths = b.files_of(folder)
+    lengths = [os.path.getsize(p) for p in paths]
+    raw = torch.empty(sum(lengths), dtype=torch.uint8, device=a.device)
+    extra: dict = {}
+
+    def keep(name, t):
+        extra[name] = min(extra.get(name, 1e9), t)
+    for _ in range(a.rounds):
+        b.sync_device(torch, a.device)
+        t0 = time.perf_counter()
+        dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(folder, prefetch=None, verify="never"))
+        b.sync_device(torch, a.device)
+        keep("dcp.load, verify='never'", time.perf_counter() - t0)
+        files = _reads.Files()
+        t0 = time.perf_counter()
+        _reads.read_pieces(files, recorded)
+        b.sync_device(torch, a.device)
+        keep("the reader's %d pieces read by ferry alone" % len(recorded), time.perf_counter() - t0)
+        files.close()
+        t0 = time.perf_counter()
+        fs = [ferry.File(p) for p in paths]
+        at, whole = 0, []
+        for f, n in zip(fs, lengths):
+            whole.append((f, 0, raw[at:at + n]))
+            at += n
+        ferry.read_batch(whole).result()
+        b.sync_device(torch, a.device)
+        keep("raw read of the %d files into one buffer" % len(paths), time.perf_counter() - t0)
+        for f in fs:
+            f.close()
     for _ in range(a.rounds):
         for mib in sizes:
             _reads.ItemReader.SUBMIT_BYTES = (mib << 20) if mib else 1 << 62
@@ -53,6 +96,8 @@ try:
               % (t * 1e3, st["planning_seconds"] * 1e3, st["read_data_seconds"] * 1e3, a.tensors * 4,
                  (", reads handed over each %d MiB" % mib if mib else ", reads handed over at the end")
                  if a.submit else ""))
+    for name, t in extra.items():
+        print("%s: %.1f ms" % (name, t * 1e3))
     prof = cProfile.Profile()
     inner = _reader.FileSystemReader.read_data
 

@@ -300,6 +300,11 @@ def test_dcp_read_probe_gives_the_phases_and_a_profile():
     m = re.search(r"^dcp.load ([\d.]+) ms: planning ([\d.]+) ms, read_data ([\d.]+) ms \(32 items\)$", r.stdout, re.M)
     assert m and float(m.group(1)) >= float(m.group(3)) > 0, r.stdout
     assert "ncalls" in r.stdout and "read_data" in r.stdout, r.stdout
+    # Beside the load: without the checks, the reader's pieces by ferry alone, the raw read.
+    for pattern in (r"^dcp.load, verify='never': ([\d.]+) ms$", r"^the reader's 24 pieces read by ferry alone: ([\d.]+) ms$",
+                    r"^raw read of the 1 files into one buffer: ([\d.]+) ms$"):
+        m = re.search(pattern, r.stdout, re.M)
+        assert m and float(m.group(1)) > 0, (pattern, r.stdout)
 
 
 def test_verify_probe_times_both_modes_every_round(tmp_path):
@@ -373,7 +378,7 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
                  ("save", "ferry.dcp.FileSystemWriter thread_count=2"),
                  ("save", "ceiling: 16-thread pwrite + fsync, 1 file"),
                  ("save", "ceiling: 16-thread pwrite + fsync, 16 files"), ("load", "ferry.dcp.FileSystemReader"),
-                 ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
+                 ("load", "ferry.dcp.FileSystemReader, verify='never'"), ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
                  ("async_save", "ferry.dcp.FileSystemWriter, made once with cache_staged_state_dict=True: "
                                 "caller blocked"),
                  ("async_save", "training step (8 matmuls), while the save writes")]:
