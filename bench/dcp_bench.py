@@ -10,7 +10,8 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   ferry.dcp.FileSystemWriter and torch's FileSystemWriter, each at its default ``thread_count``
   (files per rank) and at each of ``--threads`` (each one's best is the row to compare); the
   disk's ceiling, 16 threads' ``pwrite`` + ``fsync`` of the same bytes from host memory (pinned
-  on a GPU machine) into one file and into 16 files side by side;
+  on a GPU machine) into one file and into 16 files side by side, and the page cache's, the
+  same writes without the ``fsync``;
 * load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader
   (as it comes, checking the checksums its writer recorded; with ``verify="never"``, reading ahead within its default memory budget, and with a budget that lets it
   read the whole checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
@@ -78,8 +79,9 @@ def time_save(dcp, sd, folder, writer):
     return time.perf_counter() - t0
 
 
-def ceiling(folder, host, files):
-    """Seconds to write ``host``'s bytes with 16 threads and fsync them: into one file, or cut
+def ceiling(folder, host, files, sync=True):
+    """Seconds to write ``host``'s bytes with 16 threads and fsync them (with ``sync``; without,
+    into the page cache only): into one file, or cut
     into ``files`` files written side by side (16 // files threads each), as a rank's
     ``thread_count`` files are; a buffered write takes its file's inode lock, so one file's
     writes into the page cache take turns."""
@@ -92,7 +94,7 @@ def ceiling(folder, host, files):
 
     def one(i):
         try:
-            pwrite_fsync(paths[i], mem[i * part:(i + 1) * part], max(1, 16 // files), 4 << 20)
+            pwrite_fsync(paths[i], mem[i * part:(i + 1) * part], max(1, 16 // files), 4 << 20, sync)
         except Exception as e:
             errors.append(e)
     t0 = time.perf_counter()
@@ -127,10 +129,10 @@ def measure_saves(a, torch, dcp, ferry, sd, total, rows):
         for _ in range(a.rounds):
             for name, make in configs:
                 best[name] = min(best.get(name, 1e9), time_save(dcp, sd, folder, make()))
-            if sync:
-                for files in (1, 16):
-                    name = "ceiling: 16-thread pwrite + fsync, %d file%s" % (files, "s" if files > 1 else "")
-                    best[name] = min(best.get(name, 1e9), ceiling(a.dir, host, files))
+            for files in (1, 16):
+                name = "ceiling: 16-thread pwrite%s, %d file%s" % (" + fsync" if sync else "", files,
+                                                                  "s" if files > 1 else "")
+                best[name] = min(best.get(name, 1e9), ceiling(a.dir, host, files, sync))
         what = "save, durable (sync_files=True)" if sync else "save into the page cache (sync_files=False)"
         for name, s in best.items():
             rows.append({"what": what, "who": name, "seconds": s, "GB/s": total / s / 1e9})

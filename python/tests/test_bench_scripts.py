@@ -377,7 +377,8 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
     for want in [("save", "ferry.dcp.FileSystemWriter"), ("save", "torch FileSystemWriter thread_count=2"),
                  ("save", "ferry.dcp.FileSystemWriter thread_count=2"),
                  ("save", "ceiling: 16-thread pwrite + fsync, 1 file"),
-                 ("save", "ceiling: 16-thread pwrite + fsync, 16 files"), ("load", "ferry.dcp.FileSystemReader"),
+                 ("save", "ceiling: 16-thread pwrite + fsync, 16 files"),
+                 ("save", "ceiling: 16-thread pwrite, 1 file"), ("save", "ceiling: 16-thread pwrite, 16 files"), ("load", "ferry.dcp.FileSystemReader"),
                  ("load", "ferry.dcp.FileSystemReader, verify='never'"), ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
                  ("async_save", "ferry.dcp.FileSystemWriter, made once with cache_staged_state_dict=True: "
                                 "caller blocked"),
