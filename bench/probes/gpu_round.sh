@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: build, the tests of what changed, then the probes and benchmarks named in
-# ROUND (default: files moe many_files). Output in $OUT.
+# ROUND (default: files moe many_files); PYTESTS names the tests, PYTEST_TIMEOUT (200 s) bounds
+# them. Output in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/gpu-round-out}; mkdir -p "$out"
@@ -17,7 +18,7 @@ if [ -x .nginx/usr/sbin/nginx ] && [ -f .site/site.tar.xz ]; then
   servers=(env NGINX_ROOT=$PWD/.nginx FERRY_REQUIRE_SERVERS=1 PYTHONPATH=$PYTHONPATH:/root/test-site)
 fi
 "${servers[@]}" build-gpu/tests/ferry_tests --gtest_filter="${GTEST:-read_whole_files*:to_native_c_many*:load_many*:checksum*}" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"
-timeout 200 python3 -X faulthandler -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} >"$out/pytest.txt" 2>&1
+timeout ${PYTEST_TIMEOUT:-200} python3 -X faulthandler -m pytest -q -rs ${PYTESTS:-python/tests/test_load_many.py} >"$out/pytest.txt" 2>&1
 grep -E "^(FAILED|ERROR)|^E  |passed|failed|Fatal" "$out/pytest.txt" | tail -15
 for r in ${ROUND:-files moe many_files}; do
   case $r in
