@@ -16,6 +16,9 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   (as it comes, checking the checksums its writer recorded; with ``verify="never"``, reading ahead within its default memory budget, and with a budget that lets it
   read the whole checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
   files (``ferry.read_batch`` of every byte) as the ceiling;
+* load, cold (the files taken out of the page cache before each load: ``drop_caches`` as root,
+  else ``posix_fadvise``): ferry's reader with and without its checks, torch's reader, and a
+  16-thread buffered read of the files into host memory as the ceiling;
 * ``dcp.async_save`` with ferry's writer: the time the caller is blocked (staging) and the time
   until the save is done, against one copy of the state into host memory (pinned on a GPU);
   and a stand-in training step (matmuls on the device) timed alone and while the save writes.
@@ -196,6 +199,43 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
                      st["read_data_seconds"] * 1e3, st.get("prefetched_bytes", 0) / 1e9), file=sys.stderr)
 
 
+def measure_cold_loads(a, torch, dcp, ferry, sd, total, rows):
+    """Loads with the files out of the page cache before each (bench_common.evict): ferry's
+    reader, the same without its checks, torch's reader, and the ceiling, a 16-thread buffered
+    read of the same files into host memory (pinned on a GPU machine)."""
+    folder = os.path.join(a.dir, "cold")
+    shutil.rmtree(folder, ignore_errors=True)
+    dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder, sync_files=True))
+    paths = files_of(folder)
+    out = blank(torch, sd)
+    host = torch.empty(sum(os.path.getsize(p) for p in paths), dtype=torch.uint8,
+                       pin_memory=a.device.startswith("cuda"))
+    into = memoryview(host.numpy())
+    configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
+               ("ferry.dcp.FileSystemReader, verify='never'",
+                lambda: ferry.dcp.FileSystemReader(folder, verify="never")),
+               ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
+    best, method = {}, None
+    for _ in range(a.rounds):
+        for name, make in configs:
+            sync_device(torch, a.device)
+            reader = make()
+            method = bc.evict(paths)
+            t0 = time.perf_counter()
+            dcp.load(out, storage_reader=reader)
+            sync_device(torch, a.device)
+            best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
+        name = "ceiling: 16-thread buffered read of the files"
+        method = bc.evict(paths)
+        t0 = time.perf_counter()
+        bc.parallel_pread(paths, 16, into=into)
+        best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
+    check(torch, sd, out)
+    for name, s in best.items():
+        rows.append({"what": "load, cold (%s), into %s tensors" % (method, a.device), "who": name,
+                     "seconds": s, "GB/s": total / s / 1e9})
+
+
 def check(torch, want, got):
     if isinstance(want, dict):
         for k in want:
@@ -295,7 +335,7 @@ def main():
     ap.add_argument("--dir", default="/tmp/ferry-dcp-bench")
     ap.add_argument("--threads", default="1,2,4,8,16", help="torch writer thread_count values to sweep")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--only", default="save,load,async", help="which parts to run")
+    ap.add_argument("--only", default="save,load,cold,async", help="which parts to run")
     ap.add_argument("--json", help="write the rows here too")
     a = ap.parse_args()
     a.threads = [int(t) for t in a.threads.split(",") if t]
@@ -318,6 +358,8 @@ def main():
             measure_saves(a, torch, dcp, ferry, sd, total, rows)
         if "load" in parts:
             measure_loads(a, torch, dcp, ferry, sd, total, rows)
+        if "cold" in parts:
+            measure_cold_loads(a, torch, dcp, ferry, sd, total, rows)
         if "async" in parts:
             measure_async(a, torch, dcp, ferry, sd, total, rows)
     finally:

@@ -378,12 +378,17 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
                  ("save", "ferry.dcp.FileSystemWriter thread_count=2"),
                  ("save", "ceiling: 16-thread pwrite + fsync, 1 file"),
                  ("save", "ceiling: 16-thread pwrite + fsync, 16 files"),
-                 ("save", "ceiling: 16-thread pwrite, 1 file"), ("save", "ceiling: 16-thread pwrite, 16 files"), ("load", "ferry.dcp.FileSystemReader"),
-                 ("load", "ferry.dcp.FileSystemReader, verify='never'"), ("load", "torch FileSystemReader"), ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
+                 ("save", "ceiling: 16-thread pwrite, 1 file"), ("save", "ceiling: 16-thread pwrite, 16 files"),
+                 ("load", "ferry.dcp.FileSystemReader"), ("load", "ferry.dcp.FileSystemReader, verify='never'"),
+                 ("load", "torch FileSystemReader"), ("load", "ceiling: 16-thread buffered read of the files"),
+                 ("async_save", "ferry.dcp.FileSystemWriter, a new one each save: caller blocked"),
                  ("async_save", "ferry.dcp.FileSystemWriter, made once with cache_staged_state_dict=True: "
                                 "caller blocked"),
                  ("async_save", "training step (8 matmuls), while the save writes")]:
         assert want in who, (want, sorted(who))
+    cold = {row["who"] for row in rows if row["what"].startswith("load, cold")}
+    assert cold == {"ferry.dcp.FileSystemReader", "ferry.dcp.FileSystemReader, verify='never'",
+                    "torch FileSystemReader", "ceiling: 16-thread buffered read of the files"}, cold
     assert all(row["seconds"] > 0 for row in rows)
     for row in rows:
         assert "| %s | %s |" % (row["what"], row["who"]) in r.stdout
