@@ -36,9 +36,10 @@ for r in ${ROUND:-files moe many_files}; do
     many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
     # 100,000 files, one round: each reader's first call, as a training job's first epoch meets them.
     many100k) timeout 420 python3 bench/many_files_bench.py --dir $TMPDIR/mf100k --files 100000 --rounds 1 --device cuda | tail -9 ;;
-    # Issue 36's load: DCP into GPU tensors, ferry's reader with and without reading ahead.
-    dcp) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-8G} --tensors 512 --device cuda \
-        --rounds 2 --only load --json "$out/dcp.json" | tail -8 ;;
+    # Issue 36's loads: DCP into GPU tensors, hot (ferry's reader with and without its checks and
+    # reading ahead) and cold (the files out of the page cache before each load).
+    dcp) timeout 400 python3 bench/dcp_bench.py --dir $TMPDIR/dcp --size ${DCP_SIZE:-8G} --tensors 512 --device cuda \
+        --rounds 2 --only ${DCP_PARTS:-load,cold} --json "$out/dcp.json" | tail -14 ;;
     # Issue 36's saves: each writer at each thread_count, the disk's ceiling into 1 and 16 files.
     dcp_save) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcps --size ${DCP_SAVE_SIZE:-2G} --tensors 512 --device cuda \
         --rounds 2 --threads 1,4,16 --only save --json "$out/dcp_save.json" | tail -16 ;;
