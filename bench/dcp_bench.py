@@ -220,13 +220,13 @@ def measure_cold_loads(a, torch, dcp, ferry, sd, total, rows):
         for name, make in configs:
             sync_device(torch, a.device)
             reader = make()
-            method = bc.evict(paths)
+            method = bc.evict(paths, a.cache_drop)
             t0 = time.perf_counter()
             dcp.load(out, storage_reader=reader)
             sync_device(torch, a.device)
             best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
         name = "ceiling: 16-thread buffered read of the files"
-        method = bc.evict(paths)
+        method = bc.evict(paths, a.cache_drop)
         t0 = time.perf_counter()
         bc.parallel_pread(paths, 16, into=into)
         best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
@@ -336,6 +336,8 @@ def main():
     ap.add_argument("--threads", default="1,2,4,8,16", help="torch writer thread_count values to sweep")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default="save,load,cold,async", help="which parts to run")
+    ap.add_argument("--cache-drop", default="auto", choices=["auto", "drop_caches", "fadvise"],
+                    help="how cold loads empty the page cache (auto: drop_caches as root, else fadvise)")
     ap.add_argument("--json", help="write the rows here too")
     a = ap.parse_args()
     a.threads = [int(t) for t in a.threads.split(",") if t]

@@ -369,7 +369,7 @@ def test_dcp_bench_measures_every_writer_and_reader(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "dcp.json"
     r = run([os.path.join(BENCH, "dcp_bench.py"), "--dir", str(tmp_path / "d"), "--size", "2M",
-             "--tensors", "8", "--threads", "1,2", "--rounds", "1", "--json", str(out)])
+             "--tensors", "8", "--threads", "1,2", "--rounds", "1", "--cache-drop", "fadvise", "--json", str(out)])
     assert r.returncode == 0, r.stderr[-2000:]
     with open(out) as f:
         rows = json.load(f)["rows"]
