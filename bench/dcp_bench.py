@@ -13,8 +13,9 @@ Measured, best of ``--rounds`` (configurations interleaved round by round):
   on a GPU machine) into one file and into 16 files side by side, and the page cache's, the
   same writes without the ``fsync``;
 * load, hot (the files in the page cache), into tensors on the device: ferry.dcp.FileSystemReader
-  (as it comes, checking the checksums its writer recorded; with ``verify="never"``, reading ahead within its default memory budget, and with a budget that lets it
-  read the whole checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
+  (as it comes, checking the checksums its writer recorded; with ``verify="never"``; reading
+  ahead within its default memory budget; and with a budget that lets it read the whole
+  checkpoint ahead while DCP plans), torch's FileSystemReader, and ferry's raw read of the same
   files (``ferry.read_batch`` of every byte) as the ceiling;
 * load, cold (the files taken out of the page cache before each load: ``drop_caches`` as root,
   else ``posix_fadvise``): ferry's reader with and without its checks, torch's reader, and a
@@ -83,9 +84,8 @@ def time_save(dcp, sd, folder, writer):
 
 
 def ceiling(folder, host, files, sync=True):
-    """Seconds to write ``host``'s bytes with 16 threads and fsync them (with ``sync``; without,
-    into the page cache only): into one file, or cut
-    into ``files`` files written side by side (16 // files threads each), as a rank's
+    """Seconds to write ``host``'s bytes with 16 threads and, with ``sync``, fsync them (without,
+    into the page cache only): into one file, or cut into ``files`` files written side by side (16 // files threads each), as a rank's
     ``thread_count`` files are; a buffered write takes its file's inode lock, so one file's
     writes into the page cache take turns."""
     import threading
@@ -141,6 +141,31 @@ def measure_saves(a, torch, dcp, ferry, sd, total, rows):
             rows.append({"what": what, "who": name, "seconds": s, "GB/s": total / s / 1e9})
 
 
+def readers(ferry, dcp, folder):
+    """The readers every load runs: ferry's as it comes (checking the bytes against the
+    checksums its writer recorded), ferry's without the checks (the ceilings check nothing),
+    torch's (no setting to sweep)."""
+    return [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
+            ("ferry.dcp.FileSystemReader, verify='never'",
+             lambda: ferry.dcp.FileSystemReader(folder, verify="never")),
+            ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
+
+
+def raw_read(ferry, paths, sizes, raw):
+    """Seconds for ferry to read the files whole into ``raw`` (as long as they are together),
+    one ``read_batch``: the hot load's ceiling."""
+    t0 = time.perf_counter()
+    files = [ferry.File(p) for p in paths]
+    pieces, at = [], 0
+    for f, n in zip(files, sizes):
+        pieces.append((f, 0, raw[at:at + n]))
+        at += n
+    ferry.read_batch(pieces).result()
+    for f in files:
+        f.close()
+    return time.perf_counter() - t0
+
+
 def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     folder = os.path.join(a.dir, "load")
     shutil.rmtree(folder, ignore_errors=True)
@@ -150,19 +175,15 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
     out = blank(torch, sd)
     sizes = [os.path.getsize(p) for p in paths]
     raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
-    # ferry's reader as it comes (no reads ahead; the bytes checked against the checksums its
-    # writer recorded), without the checks (the raw read checks nothing), reading ahead within its default memory
-    # budget (three quarters of 1 GiB), and with a budget that lets it read the whole
-    # checkpoint ahead while DCP plans.
+    # Beside the readers every load runs (no reads ahead), ferry's reading ahead within its
+    # default memory budget (three quarters of 1 GiB), and with a budget that lets it read the
+    # whole checkpoint ahead while DCP plans.
     whole = (sum(sizes) * 4) // 3 + (64 << 20)
-    configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
-               ("ferry.dcp.FileSystemReader, verify='never'",
-                lambda: ferry.dcp.FileSystemReader(folder, verify="never")),
-               ("ferry.dcp.FileSystemReader, prefetch=%s" % a.device,
-                lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device)),
-               ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),
-                lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device, memory_budget=whole)),
-               ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
+    base = readers(ferry, dcp, folder)
+    configs = base[:2] + [("ferry.dcp.FileSystemReader, prefetch=%s" % a.device,
+                           lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device)),
+                          ("ferry.dcp.FileSystemReader, all read ahead (memory_budget=%d MiB)" % (whole >> 20),
+                           lambda: ferry.dcp.FileSystemReader(folder, prefetch=a.device, memory_budget=whole))] + base[2:]
     best, phases = {}, {}
     for _ in range(a.rounds):
         for name, make in configs:
@@ -175,17 +196,8 @@ def measure_loads(a, torch, dcp, ferry, sd, total, rows):
             if t < best.get(name, 1e9):
                 best[name] = t
                 phases[name] = getattr(reader, "stats", {})
-        t0 = time.perf_counter()
-        files = [ferry.File(p) for p in paths]
-        pieces, at = [], 0
-        for f, n in zip(files, sizes):
-            pieces.append((f, 0, raw[at:at + n]))
-            at += n
-        ferry.read_batch(pieces).result()
-        for f in files:
-            f.close()
-        best["ceiling: ferry.read_batch of the files"] = min(best.get("ceiling: ferry.read_batch of the files", 1e9),
-                                                             time.perf_counter() - t0)
+        name = "ceiling: ferry.read_batch of the files"
+        best[name] = min(best.get(name, 1e9), raw_read(ferry, paths, sizes, raw))
     check(torch, sd, out)
     for name, s in best.items():
         rows.append({"what": "load, hot, into %s tensors" % a.device, "who": name, "seconds": s,
@@ -211,10 +223,7 @@ def measure_cold_loads(a, torch, dcp, ferry, sd, total, rows):
     host = torch.empty(sum(os.path.getsize(p) for p in paths), dtype=torch.uint8,
                        pin_memory=a.device.startswith("cuda"))
     into = memoryview(host.numpy())
-    configs = [("ferry.dcp.FileSystemReader", lambda: ferry.dcp.FileSystemReader(folder)),
-               ("ferry.dcp.FileSystemReader, verify='never'",
-                lambda: ferry.dcp.FileSystemReader(folder, verify="never")),
-               ("torch FileSystemReader", lambda: dcp.FileSystemReader(folder))]
+    configs = readers(ferry, dcp, folder)
     best, method = {}, None
     for _ in range(a.rounds):
         for name, make in configs:

@@ -66,17 +66,7 @@ try:
         b.sync_device(torch, a.device)
         keep("the reader's %d pieces read by ferry alone" % len(recorded), time.perf_counter() - t0)
         files.close()
-        t0 = time.perf_counter()
-        fs = [ferry.File(p) for p in paths]
-        at, whole = 0, []
-        for f, n in zip(fs, lengths):
-            whole.append((f, 0, raw[at:at + n]))
-            at += n
-        ferry.read_batch(whole).result()
-        b.sync_device(torch, a.device)
-        keep("raw read of the %d files into one buffer" % len(paths), time.perf_counter() - t0)
-        for f in fs:
-            f.close()
+        keep("raw read of the %d files into one buffer" % len(paths), b.raw_read(ferry, paths, lengths, raw))
     for _ in range(a.rounds):
         for mib in sizes:
             _reads.ItemReader.SUBMIT_BYTES = (mib << 20) if mib else 1 << 62
