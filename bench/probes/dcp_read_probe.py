@@ -2,14 +2,12 @@
 """Where ferry.dcp's read_data spends its time per item: bench/dcp_bench.py's state dict saved
 by ferry's writer, loaded with dcp.load into tensors on --device (hot), the best round's
 phases from the reader's stats, then one load with read_data under cProfile (top functions by
-their own time; nanobind calls count in their Python callers). With --submit MiB,..., the
-rounds are run for each of the sizes the reader hands its reads to ferry in while it resolves
-the plan (ItemReader.SUBMIT_BYTES; 0: all at the end), taking turns, best of each. Beside them,
-in the same rounds: the load with verify="never" (what the checksums cost), the reader's own
+their own time; nanobind calls count in their Python callers). Beside the load, in the same
+rounds: the load with verify="never" (what the checksums cost), the reader's own
 pieces (each item's file, offset and destination, recorded from one load) read by ferry alone,
 and ferry's raw read of the files into one buffer: what the pieces' layout costs the engine,
 apart from DCP and the reader's per-item work.
-    python3 bench/probes/dcp_read_probe.py [--size 512M] [--tensors 512] [--device cuda] [--submit 256,0]
+    python3 bench/probes/dcp_read_probe.py [--size 512M] [--tensors 512] [--device cuda]
 """
 import argparse, cProfile, os, pstats, shutil, sys, tempfile, time, warnings
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -23,7 +21,6 @@ ap.add_argument("--tensors", type=int, default=512)
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--top", type=int, default=30)
-ap.add_argument("--submit", default="", help="MiB,...: ItemReader.SUBMIT_BYTES to compare (0: at the end)")
 a = ap.parse_args()
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
@@ -35,9 +32,7 @@ folder = tempfile.mkdtemp(prefix="ferry-dcp-read-")
 try:
     dcp.save(sd, storage_writer=ferry.dcp.FileSystemWriter(folder, sync_files=False))
     out = b.blank(torch, sd)
-    default = _reads.ItemReader.SUBMIT_BYTES
-    sizes = [int(x) for x in a.submit.split(",") if x] or [(default or 0) >> 20]
-    best: dict = {}
+    best = None
     recorded: list = []
     submit = _reads.submit_pieces
 
@@ -68,24 +63,18 @@ try:
         files.close()
         keep("raw read of the %d files into one buffer" % len(paths), b.raw_read(ferry, paths, lengths, raw))
     for _ in range(a.rounds):
-        for mib in sizes:
-            _reads.ItemReader.SUBMIT_BYTES = (mib << 20) if mib else 1 << 62
-            reader = ferry.dcp.FileSystemReader(folder, prefetch=None)
-            b.sync_device(torch, a.device)
-            t0 = time.perf_counter()
-            dcp.load(out, storage_reader=reader)
-            b.sync_device(torch, a.device)
-            t = time.perf_counter() - t0
-            if mib not in best or t < best[mib][0]:
-                best[mib] = (t, dict(reader.stats))
-    _reads.ItemReader.SUBMIT_BYTES = default
+        reader = ferry.dcp.FileSystemReader(folder, prefetch=None)
+        b.sync_device(torch, a.device)
+        t0 = time.perf_counter()
+        dcp.load(out, storage_reader=reader)
+        b.sync_device(torch, a.device)
+        t = time.perf_counter() - t0
+        if best is None or t < best[0]:
+            best = (t, dict(reader.stats))
     b.check(torch, sd, out)
-    for mib in sizes:
-        t, st = best[mib]
-        print("dcp.load %.1f ms: planning %.1f ms, read_data %.1f ms (%d items)%s"
-              % (t * 1e3, st["planning_seconds"] * 1e3, st["read_data_seconds"] * 1e3, a.tensors * 4,
-                 (", reads handed over each %d MiB" % mib if mib else ", reads handed over at the end")
-                 if a.submit else ""))
+    t, st = best
+    print("dcp.load %.1f ms: planning %.1f ms, read_data %.1f ms (%d items)"
+          % (t * 1e3, st["planning_seconds"] * 1e3, st["read_data_seconds"] * 1e3, a.tensors * 4))
     for name, t in extra.items():
         print("%s: %.1f ms" % (name, t * 1e3))
     prof = cProfile.Profile()

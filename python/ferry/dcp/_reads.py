@@ -15,7 +15,6 @@ before its items are committed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import threading
 import time
@@ -145,19 +144,16 @@ class Prefetch:
         self.buf, self.at = torch.empty(0, dtype=torch.uint8), {}
 
 
-def exported(bufs: list, wait: bool = True) -> list:
+def exported(bufs: list) -> list:
     """Tensors as ferry takes them at least cost, in order: host uint8 tensors as NumPy arrays
     (the buffer protocol), other tensors as DLPack capsules from torch's C exporter, GPU ones
     once each of their devices has finished its queued work. Through torch's ``__dlpack__``
     instead, a GPU tensor builds stream and event objects to order ferry's access after its
     producer's, each time, as the reader did for every item and every checksum; one wait per
     device then capsules is what ``ferry.load_checkpoint(into=...)`` does for the same reason.
-    Anything else (a tensor that needs grad, another library's array) is left as it is.
-    ``wait=False`` leaves out the wait, for a caller that waited already: a device-wide wait
-    also waits for ferry's own copies in flight, which would serialize batches of one load."""
-    if wait:
-        for d in sorted({b.get_device() for b in bufs if isinstance(b, torch.Tensor) and b.is_cuda}):
-            torch.cuda.synchronize(d)
+    Anything else (a tensor that needs grad, another library's array) is left as it is."""
+    for d in sorted({b.get_device() for b in bufs if isinstance(b, torch.Tensor) and b.is_cuda}):
+        torch.cuda.synchronize(d)
     out = []
     for b in bufs:
         if isinstance(b, torch.Tensor) and not b.requires_grad:
@@ -170,8 +166,8 @@ def exported(bufs: list, wait: bool = True) -> list:
 
 
 class Pending:
-    """Reads submitted and not yet waited for: ferry futures (or, submitted from a thread,
-    futures of them) and the copies due from a read ahead."""
+    """Reads submitted and not yet waited for: ferry futures and the copies due from a read
+    ahead."""
 
     def __init__(self) -> None:
         self.futures: list = []
@@ -197,7 +193,6 @@ class Pending:
         futures, self.futures = self.futures, []
         for fut in futures:
             try:
-                fut = fut.result() if isinstance(fut, concurrent.futures.Future) else fut
                 fut.result()
             except Exception as e:
                 error = error or e
@@ -206,17 +201,15 @@ class Pending:
         return copied
 
 
-def _read_batch(group: list, wait: bool = True) -> Any:
-    bufs = exported([buf for _, _, buf in group], wait)
+def _read_batch(group: list) -> Any:
+    bufs = exported([buf for _, _, buf in group])
     return _ferry.read_batch([(f, offset, buf) for (f, offset, _), buf in zip(group, bufs)])
 
 
-def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending: Pending,
-                  executor: concurrent.futures.Executor | None = None, wait: bool = True) -> None:
+def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending: Pending) -> None:
     """Submits (path, offset, buffer) pieces to ferry, one batch per kind of memory (host, each
-    GPU), from ``executor``'s thread when there is one (a batch's submission waits for room in
-    the engine's queues; the caller goes on meanwhile); the pieces ``prefetch`` holds, on its
-    device, are left to ``pending.wait`` to copy from it."""
+    GPU); the pieces ``prefetch`` holds, on its device, are left to ``pending.wait`` to copy
+    from it."""
     by_device: dict = {}
     ahead = prefetch is not None and prefetch.nbytes > 0 and not prefetch.failed
     for path, offset, buf in pieces:
@@ -229,8 +222,7 @@ def submit_pieces(files: Files, pieces: list, prefetch: Prefetch | None, pending
                     continue
             by_device.setdefault(str(device), []).append((files.get(path), offset, buf))
     for group in by_device.values():
-        pending.futures.append(executor.submit(_read_batch, group, wait) if executor is not None
-                               else _read_batch(group, wait))
+        pending.futures.append(_read_batch(group))
 
 
 def read_pieces(files: Files, pieces: list, prefetch: Prefetch | None = None) -> int:
@@ -297,16 +289,10 @@ def check_ranges(ranges: list) -> None:
 class ItemReader:
     """Reads a plan's tensor items in rounds under ``budget`` bytes of staging memory; the
     round's end (``flush``) reads what was added, checks the bytes, copies the staged parts and
-    commits every item. With ``SUBMIT_BYTES``, the reads start while items are still being
-    added: each ``SUBMIT_BYTES`` of them go to ferry from a thread of the reader's own, so that
-    the disk and the copies could work while the rest of the plan is resolved. Off (None) by
-    default: on an H100 machine an 8 GiB load spent longer in read_data with it (334 ms at
-    256 MiB, 529 ms at 64 MiB, 279 ms without), its batches then each waiting for the GPU's
-    copies of the ones before; that wait is now once per round, not yet measured on a GPU
-    (bench/probes/dcp_read_probe.py --submit compares). ``close`` waits for reads still in
-    flight (after an error)."""
-
-    SUBMIT_BYTES: int | None = None
+    commits every item. The reads of a round go to ferry at its end, all at once: handing them
+    over in batches while the rest of the plan was resolved made loads slower on an H100 (4 GiB:
+    383 ms against 296 ms; docs/benchmarks.md). ``close`` waits for reads still in flight
+    (after an error)."""
 
     def __init__(self, planner: Any, files: Files, budget: int, checker: Any = None,
                  prefetch: Prefetch | None = None) -> None:
@@ -314,11 +300,6 @@ class ItemReader:
         self.checker, self.prefetch = checker, prefetch
         self.prefetched = 0
         self.pending = Pending()
-        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self.unsubmitted = 0       # bytes of self.direct
-        # The round's first batch waits for the GPUs' queued work (the destinations' producers,
-        # the last round's copies out of its staging buffers); the later ones need not.
-        self.waited = False
         self.direct: list = []     # (path, offset, buf), not yet submitted
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
@@ -336,7 +317,6 @@ class ItemReader:
                 self.bytes_read += nbytes
                 self._check(src, first, nbytes, self.direct[-1][2])
             self.commits.append((req, target))
-            self._submit_some(nbytes)
             return
         view = narrow_tensor_by_index(src.layout, req.storage_offsets, req.lengths)
         target = resolve_tensor(self.planner, req).detach()
@@ -351,7 +331,6 @@ class ItemReader:
             self.commits.append((req, target))
             self.bytes_read += view.numel() * item
             self._check(src, view.storage_offset() * item, view.numel() * item, self.direct[-1][2])
-            self._submit_some(view.numel() * item)
         else:
             first = view.storage_offset()
             last = first + sum((n - 1) * s for n, s in zip(view.size(), view.stride()))
@@ -365,15 +344,6 @@ class ItemReader:
             self.staged_bytes += span
             self.bytes_read += span
             self._check(src, first * item, span, buf)
-            self._submit_some(span)
-
-    def _submit_some(self, nbytes: int) -> None:
-        self.unsubmitted += nbytes
-        if self.SUBMIT_BYTES and self.unsubmitted >= self.SUBMIT_BYTES:
-            if self.executor is None:
-                self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-dcp-reads")
-            submit_pieces(self.files, self.direct, self.prefetch, self.pending, self.executor, not self.waited)
-            self.direct, self.unsubmitted, self.waited = [], 0, True
 
     def _check(self, src: Source, first: int, nbytes: int, buf: torch.Tensor) -> None:
         """Queues the check of bytes [first, first + nbytes) of the source's storage, read into
@@ -398,8 +368,8 @@ class ItemReader:
 
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
-        submit_pieces(self.files, self.direct, self.prefetch, self.pending, None, not self.waited)
-        self.direct, self.unsubmitted = [], 0
+        submit_pieces(self.files, self.direct, self.prefetch, self.pending)
+        self.direct = []
         self.prefetched += self.pending.wait(self.files, self.prefetch)
         if self.checker is not None:
             self.checker.run()
@@ -409,17 +379,11 @@ class ItemReader:
         for req, target in self.commits:
             self.planner.commit_tensor(req, target)
         self.direct, self.commits, self.staged, self.staged_bytes = [], [], [], 0
-        self.waited = False
 
     def close(self) -> None:
-        """Waits for the reads in flight (their errors are the load's only when it flushed)
-        and lets the reader's thread go."""
+        """Waits for the reads in flight (their errors are the load's only when it flushed)."""
         self.pending.copies = []
         try:
             self.pending.wait(self.files, None)
         except Exception:
             pass
-        finally:
-            if self.executor is not None:
-                self.executor.shutdown(wait=True)
-                self.executor = None
