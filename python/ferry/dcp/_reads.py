@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
@@ -47,6 +48,11 @@ def item_name(req: Any) -> str:
 
 def bytes_view(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
+
+
+class HeadMismatch(Exception):
+    """A record's first bytes, read beside its tensor, differ from those of the record whose
+    layout it was taken to share: the load is read again with every head read first."""
 
 
 class _Staged(NamedTuple):
@@ -301,6 +307,7 @@ class ItemReader:
         self.prefetched = 0
         self.pending = Pending()
         self.direct: list = []     # (path, offset, buf), not yet submitted
+        self.heads: list = []      # (path, offset, buf, the bytes expected in buf)
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
         self.staged_bytes = 0
@@ -356,6 +363,15 @@ class ItemReader:
         else:
             self.checker.part(src.path, src.base, length, src.name, first, first + nbytes)
 
+    def add_head(self, path: str, offset: int, expected: Any) -> Any:
+        """Reads a record's first ``len(expected)`` bytes with this round's reads; ``flush``
+        raises HeadMismatch, before any item of the round is committed, where they differ from
+        ``expected`` (a NumPy uint8 array). Returns the host buffer they land in."""
+        buf = torch.empty(len(expected), dtype=torch.uint8)
+        self.direct.append((path, offset, buf))
+        self.heads.append((path, offset, buf, expected))
+        return buf.numpy()
+
     def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
         """An item whose whole record was read already (small records): copied from host."""
         target = resolve_tensor(self.planner, req).detach()
@@ -371,6 +387,10 @@ class ItemReader:
         submit_pieces(self.files, self.direct, self.prefetch, self.pending)
         self.direct = []
         self.prefetched += self.pending.wait(self.files, self.prefetch)
+        for path, offset, buf, expected in self.heads:
+            if not np.array_equal(buf.numpy(), expected):
+                raise HeadMismatch("%s: the record at %d is not laid out as predicted" % (path, offset))
+        self.heads = []
         if self.checker is not None:
             self.checker.run()
         for s in self.staged:
