@@ -49,6 +49,7 @@ class _Record:
         # taken to share: its head is then read beside the tensor's bytes and checked.
         self.like: _Record | None = None
         self.head_queued = False
+        self.prefix = b""  # of a record others are like: its bytes in front of the storage
 
     def tail(self, files: Files) -> Any:
         """A function that reads the record's last bytes (b"" for a record read whole)."""
@@ -227,6 +228,8 @@ class FileSystemReader(_fs.FileSystemReader):
         chunks = getattr(md, "chunks", None)
         if not chunks:
             return None
+        if len(chunks) == 1:  # a tensor stored whole: its one chunk
+            return md.properties.dtype, tuple(chunks[0].sizes), length
         hint = idx.index if idx.index is not None and idx.index < len(chunks) else 0
         want = tuple(idx.offset) if idx.offset is not None else (0,) * len(chunks[0].offsets)
         chunk = chunks[hint] if tuple(chunks[hint].offsets) == want else \
@@ -256,13 +259,12 @@ class FileSystemReader(_fs.FileSystemReader):
                         if rec.like is rec:
                             rec.like = None
         check_ranges(ranges)
-        now = [r for r in recs.values() if r.like is None]
-        buf = np.empty(sum(r.head_bytes for r in now), np.uint8)
+        buf = np.empty(sum(r.head_bytes for r in recs.values()), np.uint8)
         pieces, at = [], 0
-        for r in now:
+        for r in recs.values():
             r.head = buf[at:at + r.head_bytes]
             at += r.head_bytes
-            if r.head_bytes:
+            if r.head_bytes and r.like is None:
                 pieces.append((files.get(r.path), r.offset, r.head))
         if pieces:
             _ferry.read_batch(pieces).result()
@@ -340,7 +342,9 @@ class FileSystemReader(_fs.FileSystemReader):
         layout = self.layouts.layout(known.head.tobytes(), known.tail(reader.files), known.length,
                                      known.path, name)
         if rec.like is not None and not rec.head_queued:
-            rec.head = reader.add_head(rec.path, rec.offset, known.head[:layout.data_offset])
+            if len(known.prefix) != layout.data_offset:
+                known.prefix = known.head[:layout.data_offset].tobytes()
+            reader.add_head(rec.path, rec.offset, rec.head, known.prefix)
             rec.head_queued = True
         src = Source(rec.path, rec.offset + layout.data_offset, layout.tensor, name)
         if rec.whole:

@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
@@ -307,7 +306,7 @@ class ItemReader:
         self.prefetched = 0
         self.pending = Pending()
         self.direct: list = []     # (path, offset, buf), not yet submitted
-        self.heads: list = []      # (path, offset, buf, the bytes expected in buf)
+        self.heads: list = []      # (path, offset, host buffer, the bytes expected at its start)
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
         self.staged_bytes = 0
@@ -363,14 +362,11 @@ class ItemReader:
         else:
             self.checker.part(src.path, src.base, length, src.name, first, first + nbytes)
 
-    def add_head(self, path: str, offset: int, expected: Any) -> Any:
-        """Reads a record's first ``len(expected)`` bytes with this round's reads; ``flush``
-        raises HeadMismatch, before any item of the round is committed, where they differ from
-        ``expected`` (a NumPy uint8 array). Returns the host buffer they land in."""
-        buf = torch.empty(len(expected), dtype=torch.uint8)
-        self.direct.append((path, offset, buf))
+    def add_head(self, path: str, offset: int, buf: Any, expected: bytes) -> None:
+        """Reads a record's first bytes into ``buf`` (a NumPy uint8 array) with this round's
+        reads; ``flush`` raises HeadMismatch, before any item of the round is committed, where
+        they do not start with ``expected``."""
         self.heads.append((path, offset, buf, expected))
-        return buf.numpy()
 
     def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
         """An item whose whole record was read already (small records): copied from host."""
@@ -385,10 +381,12 @@ class ItemReader:
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
         submit_pieces(self.files, self.direct, self.prefetch, self.pending)
+        if self.heads:
+            self.pending.futures.append(_ferry.read_batch([(self.files.get(p), o, b) for p, o, b, _ in self.heads]))
         self.direct = []
         self.prefetched += self.pending.wait(self.files, self.prefetch)
         for path, offset, buf, expected in self.heads:
-            if not np.array_equal(buf.numpy(), expected):
+            if buf[:len(expected)].tobytes() != expected:
                 raise HeadMismatch("%s: the record at %d is not laid out as predicted" % (path, offset))
         self.heads = []
         if self.checker is not None:
