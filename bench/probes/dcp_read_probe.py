@@ -6,10 +6,8 @@ their own time; nanobind calls count in their Python callers). Beside the load, 
 rounds: the load with verify="never" (what the checksums cost), the reader's own
 pieces (each item's file, offset and destination, recorded from one load) read by ferry alone,
 and ferry's raw read of the files into one buffer: what the pieces' layout costs the engine,
-apart from DCP and the reader's per-item work; and the load with every record's head read in a
-pass of its own before the tensors' bytes (FileSystemReader.records with predict=False), hot and,
-with --cold, with the files out of the page cache before each load (--cache-drop as dcp_bench).
-    python3 bench/probes/dcp_read_probe.py [--size 512M] [--tensors 512] [--device cuda] [--cold]
+apart from DCP and the reader's per-item work.
+    python3 bench/probes/dcp_read_probe.py [--size 512M] [--tensors 512] [--device cuda]
 """
 import argparse, cProfile, os, pstats, shutil, sys, tempfile, time, warnings
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -23,8 +21,6 @@ ap.add_argument("--tensors", type=int, default=512)
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--top", type=int, default=30)
-ap.add_argument("--cold", action="store_true", help="also the loads with the files out of the page cache")
-ap.add_argument("--cache-drop", default="auto", choices=["auto", "drop_caches", "fadvise"])
 a = ap.parse_args()
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
@@ -53,24 +49,7 @@ try:
 
     def keep(name, t):
         extra[name] = min(extra.get(name, 1e9), t)
-
-    def heads_first():
-        reader = ferry.dcp.FileSystemReader(folder, prefetch=None)
-        reader.records = lambda items, files, predict=True: _reader.FileSystemReader.records(reader, items, files, False)
-        return reader
-    kinds = [("", None)] + ([(", cold", a.cache_drop)] if a.cold else [])
     for _ in range(a.rounds):
-        for label, drop in kinds:
-            for what, make in (("dcp.load%s" % label, lambda: ferry.dcp.FileSystemReader(folder, prefetch=None)),
-                               ("dcp.load%s, every record's head read first" % label, heads_first)):
-                reader = make()
-                b.sync_device(torch, a.device)
-                if drop:
-                    bc.evict(paths, drop)
-                t0 = time.perf_counter()
-                dcp.load(out, storage_reader=reader)
-                b.sync_device(torch, a.device)
-                keep(what, time.perf_counter() - t0)
         b.sync_device(torch, a.device)
         t0 = time.perf_counter()
         dcp.load(out, storage_reader=ferry.dcp.FileSystemReader(folder, prefetch=None, verify="never"))

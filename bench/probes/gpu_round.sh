@@ -43,8 +43,8 @@ for r in ${ROUND:-files moe many_files}; do
     # Issue 36's saves: each writer at each thread_count, the disk's ceiling into 1 and 16 files.
     dcp_save) timeout 300 python3 bench/dcp_bench.py --dir $TMPDIR/dcps --size ${DCP_SAVE_SIZE:-2G} --tensors 512 --device cuda \
         --rounds 2 --threads 1,4,16 --only save --json "$out/dcp_save.json" | tail -16 ;;
-    # Where ferry.dcp's read_data spends its time per item (cProfile); the heads predicted or read first, hot and cold.
-    dcp_read) timeout 200 python3 bench/probes/dcp_read_probe.py --size ${DCP_READ_SIZE:-512M} --tensors 512 --device cuda --top 30 --cold ;;
+    # Where ferry.dcp's read_data spends its time per item (cProfile).
+    dcp_read) timeout 200 python3 bench/probes/dcp_read_probe.py --size ${DCP_READ_SIZE:-512M} --tensors 512 --device cuda --top 30 ;;
     many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
   esac 2>&1 | tee "$out/$r.txt"
 done

@@ -337,42 +337,6 @@ def test_records_of_one_layout_are_parsed_from_their_first_bytes(tmp_path):
     assert 1 <= reader.stats["record_tails_read"] <= 2, reader.stats
 
 
-@pytest.mark.parametrize("writer", ["ferry", "torch"])
-def test_heads_of_records_shaped_alike_are_read_beside_their_bytes(tmp_path, writer):
-    """Only the first record of each dtype, chunk shape and length has its head read before the
-    tensors' bytes; the others' heads come with their bytes and are checked against it."""
-    g = torch.Generator().manual_seed(4)
-    sd = {"w%d" % i: torch.randn(64, 64, generator=g) for i in range(12)}
-    sd.update({"h%d" % i: torch.randn(3000, generator=g).to(torch.bfloat16) for i in range(5)})
-    folder = str(tmp_path / "ck")
-    make = ferry.dcp.FileSystemWriter if writer == "ferry" else dcp.FileSystemWriter
-    dcp.save(sd, storage_writer=make(folder))
-    out = _blank(sd)
-    reader = ferry.dcp.FileSystemReader(folder)
-    dcp.load(out, storage_reader=reader)
-    _same(sd, out)
-    st = reader.stats
-    assert (st["record_heads_read_first"], st["record_heads_read_beside"], st["records_mispredicted"]) \
-        == (1, 11, 0), st
-
-
-def test_a_record_laid_out_otherwise_than_its_shape_predicts_is_read_again(tmp_path):
-    """torch's writer keeps a transposed tensor's strides: its record's head differs from that
-    of a contiguous tensor of the same dtype, shape and length. The mismatch is found before
-    any item is committed, and the load is read again with every head read first: byte-exact."""
-    g = torch.Generator().manual_seed(5)
-    sd = {"a%d" % i: torch.randn(64, 64, generator=g) for i in range(3)}
-    sd["z"] = torch.randn(64, 64, generator=g).t()
-    folder = str(tmp_path / "ck")
-    dcp.save(sd, storage_writer=dcp.FileSystemWriter(folder))
-    out = _blank(sd)
-    reader = ferry.dcp.FileSystemReader(folder)
-    dcp.load(out, storage_reader=reader)
-    _same(sd, out)
-    st = reader.stats
-    assert (st["records_mispredicted"], st["record_heads_read_beside"]) == (1, 0), st
-
-
 @pytest.mark.parametrize("sync", [True, False])
 def test_a_ranks_files_are_written_side_by_side(tmp_path, sync):
     """thread_count files per rank, as torch's writer makes them, written at once: each file

@@ -1,12 +1,10 @@
 """ferry.dcp.FileSystemReader: torch.distributed.checkpoint's FileSystemReader whose reads go
 through ferry.
 
-``read_data`` resolves the plan in two passes over all files at once: first the edges of the
-tensor records whose layout is not known yet (the head and tail of the first record of each
-dtype, chunk shape and length, a few KiB; a small record whole) and every byte record, in one
-batch; then each item's bytes straight into its destination tensor, GPU or host
-(ferry.dcp._reads), with the heads of the other records beside them, each checked against
-the first record's before any of its items is committed. With a process group and ``dedup`` (the default), records that several
+``read_data`` resolves the plan in two passes over all files at once: first the edges of every
+tensor record the plan needs (its head and tail, a few KiB; a small record whole) and every
+byte record, in one batch; then each item's bytes straight into its destination tensor, GPU or
+host (ferry.dcp._reads). With a process group and ``dedup`` (the default), records that several
 ranks need are read once across the group and broadcast (ferry.dcp._group). Where ferry's
 writer recorded checksums (ferry.dcp._checksums), the bytes read are checked against them.
 """
@@ -45,11 +43,6 @@ class _Record:
         self.tail_bytes = 0 if self.whole else TAIL_BYTES
         self.head = np.empty(0, np.uint8)
         self.tail_read = 0
-        # The first record of the same dtype, chunk shape and length, whose layout this one is
-        # taken to share: its head is then read beside the tensor's bytes and checked.
-        self.like: _Record | None = None
-        self.head_queued = False
-        self.prefix = b""  # of a record others are like: its bytes in front of the storage
 
     def tail(self, files: Files) -> Any:
         """A function that reads the record's last bytes (b"" for a record read whole)."""
@@ -112,7 +105,6 @@ class FileSystemReader(_fs.FileSystemReader):
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
-        self.metadata = metadata
         self._read_ahead()
         self._set_up_at = time.perf_counter()
 
@@ -219,74 +211,33 @@ class FileSystemReader(_fs.FileSystemReader):
         fut.set_result(None)
         return fut
 
-    def _chunk_key(self, req: Any, length: int) -> tuple | None:
-        """(dtype, chunk shape, record length) of a tensor item's record, from the metadata:
-        records with the same key are written alike. None where the metadata does not say."""
-        idx = req.storage_index
-        md = getattr(self, "metadata", None)
-        md = md.state_dict_metadata.get(idx.fqn) if md is not None else None
-        chunks = getattr(md, "chunks", None)
-        if not chunks:
-            return None
-        if len(chunks) == 1:  # a tensor stored whole: its one chunk
-            return md.properties.dtype, tuple(chunks[0].sizes), length
-        hint = idx.index if idx.index is not None and idx.index < len(chunks) else 0
-        want = tuple(idx.offset) if idx.offset is not None else (0,) * len(chunks[0].offsets)
-        chunk = chunks[hint] if tuple(chunks[hint].offsets) == want else \
-            next((c for c in chunks if tuple(c.offsets) == want), None)
-        return None if chunk is None else (md.properties.dtype, tuple(chunk.sizes), length)
-
-    def records(self, items: list, files: Files, predict: bool = True) -> dict:
+    def records(self, items: list, files: Files) -> dict:
         """The record of each item's storage index, its first bytes read (one batch, all files,
-        into one host buffer, handed over as NumPy views); with ``predict``, only the first
-        record of each dtype, chunk shape and length among those not read whole: the others
-        are ``like`` it, their heads read later beside their tensors' bytes."""
+        into one host buffer, handed over as NumPy views)."""
         recs: dict = {}
         ranges = []
-        first: dict = {}
         for req in items:
             info = self.storage_data[req.storage_index]
             key = (info.relative_path, info.offset)
             if key not in recs:
                 path = self._source_path(info.relative_path)
-                rec = recs[key] = _Record(path, info.offset, info.length,
-                                          whole=req.type == LoadItemType.BYTE_IO)
+                recs[key] = _Record(path, info.offset, info.length,
+                                    whole=req.type == LoadItemType.BYTE_IO)
                 ranges.append((path, info.offset, info.length, item_name(req)))
-                if predict and not rec.whole:
-                    shape = self._chunk_key(req, info.length)
-                    if shape is not None:
-                        rec.like = first.setdefault(shape, rec)
-                        if rec.like is rec:
-                            rec.like = None
         check_ranges(ranges)
         buf = np.empty(sum(r.head_bytes for r in recs.values()), np.uint8)
         pieces, at = [], 0
         for r in recs.values():
             r.head = buf[at:at + r.head_bytes]
             at += r.head_bytes
-            if r.head_bytes and r.like is None:
+            if r.head_bytes:
                 pieces.append((files.get(r.path), r.offset, r.head))
         if pieces:
             _ferry.read_batch(pieces).result()
         return recs
 
     def _read_local(self, items: list, planner: LoadPlanner, files: Files) -> dict:
-        """Reads the items with the records' layouts predicted (``records``); where a record's
-        head turns out other than predicted, or the load fails in a way a wrong layout could
-        explain, it is read again with every record's head read first. No item of a round is
-        committed before its records' heads were checked."""
-        try:
-            return self._read_items(items, planner, files, predict=True)
-        except Exception as e:
-            if not getattr(e, "after_prediction", False):
-                raise  # no layout was predicted: the error is the checkpoint's
-        stats = self._read_items(items, planner, files, predict=False)
-        stats["records_mispredicted"] = 1
-        return stats
-
-    def _read_items(self, items: list, planner: LoadPlanner, files: Files, predict: bool) -> dict:
-        recs = self.records(items, files, predict)
-        predicted = any(r.like is not None for r in recs.values())
+        recs = self.records(items, files)
         ahead = self.ahead
         budget = self.memory_budget - (ahead.nbytes if ahead is not None else 0)
         reader = ItemReader(planner, files, budget, self.checker(files), ahead)
@@ -298,17 +249,10 @@ class FileSystemReader(_fs.FileSystemReader):
                 rec = recs[(info.relative_path, info.offset)]
                 self.resolve(req, rec, reader)
             reader.flush()
-        except Exception as e:
-            if predicted:
-                e.after_prediction = True
-            raise
         finally:
             reader.close()
         ahead_bytes = ahead.nbytes if ahead is not None and not ahead.failed else 0
-        return {"records_mispredicted": 0,
-                "record_heads_read_first": sum(r.like is None and not r.whole for r in recs.values()),
-                "record_heads_read_beside": sum(r.like is not None for r in recs.values()),
-                "bytes_read": reader.bytes_read - reader.prefetched + ahead_bytes
+        return {"bytes_read": reader.bytes_read - reader.prefetched + ahead_bytes
                 + sum(r.head.size + r.tail_read for r in recs.values()),
                 "record_tails_read": sum(r.tail_read > 0 for r in recs.values()),
                 "prefetched_bytes": ahead_bytes, "copied_from_prefetch": reader.prefetched,
@@ -338,14 +282,8 @@ class FileSystemReader(_fs.FileSystemReader):
         if req.type == LoadItemType.BYTE_IO:
             self.planner_load_bytes(reader.planner, req, rec.head.tobytes())
             return
-        known = rec if rec.like is None else rec.like
-        layout = self.layouts.layout(known.head.tobytes(), known.tail(reader.files), known.length,
-                                     known.path, name)
-        if rec.like is not None and not rec.head_queued:
-            if len(known.prefix) != layout.data_offset:
-                known.prefix = known.head[:layout.data_offset].tobytes()
-            reader.add_head(rec.path, rec.offset, rec.head, known.prefix)
-            rec.head_queued = True
+        head = rec.head.tobytes()
+        layout = self.layouts.layout(head, rec.tail(reader.files), rec.length, rec.path, name)
         src = Source(rec.path, rec.offset + layout.data_offset, layout.tensor, name)
         if rec.whole:
             reader.add_loaded(req, tensor_of(torch.from_numpy(rec.head), layout), src)

@@ -49,11 +49,6 @@ def bytes_view(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
 
-class HeadMismatch(Exception):
-    """A record's first bytes, read beside its tensor, differ from those of the record whose
-    layout it was taken to share: the load is read again with every head read first."""
-
-
 class _Staged(NamedTuple):
     req: Any
     target: torch.Tensor
@@ -306,7 +301,6 @@ class ItemReader:
         self.prefetched = 0
         self.pending = Pending()
         self.direct: list = []     # (path, offset, buf), not yet submitted
-        self.heads: list = []      # (path, offset, host buffer, the bytes expected at its start)
         self.commits: list = []    # (req, target) whose bytes land directly
         self.staged: list = []
         self.staged_bytes = 0
@@ -362,12 +356,6 @@ class ItemReader:
         else:
             self.checker.part(src.path, src.base, length, src.name, first, first + nbytes)
 
-    def add_head(self, path: str, offset: int, buf: Any, expected: bytes) -> None:
-        """Reads a record's first bytes into ``buf`` (a NumPy uint8 array) with this round's
-        reads; ``flush`` raises HeadMismatch, before any item of the round is committed, where
-        they do not start with ``expected``."""
-        self.heads.append((path, offset, buf, expected))
-
     def add_loaded(self, req: Any, tensor: torch.Tensor, src: Source) -> None:
         """An item whose whole record was read already (small records): copied from host."""
         target = resolve_tensor(self.planner, req).detach()
@@ -381,14 +369,8 @@ class ItemReader:
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
         submit_pieces(self.files, self.direct, self.prefetch, self.pending)
-        if self.heads:
-            self.pending.futures.append(_ferry.read_batch([(self.files.get(p), o, b) for p, o, b, _ in self.heads]))
         self.direct = []
         self.prefetched += self.pending.wait(self.files, self.prefetch)
-        for path, offset, buf, expected in self.heads:
-            if buf[:len(expected)].tobytes() != expected:
-                raise HeadMismatch("%s: the record at %d is not laid out as predicted" % (path, offset))
-        self.heads = []
         if self.checker is not None:
             self.checker.run()
         for s in self.staged:
