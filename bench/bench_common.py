@@ -103,6 +103,21 @@ def parallel_pread(paths, threads=16, chunk=4 << 20, into=None):
     return sum(done)
 
 
+def read_whole(ferry, paths, sizes, into):
+    """ferry's read of the files whole, one after the other in ``into`` (a buffer of at least
+    the sum of ``sizes``, host or GPU), in one ``read_batch``: the ceiling of a load of them."""
+    files = [ferry.File(p) for p in paths]
+    try:
+        pieces, at = [], 0
+        for f, n in zip(files, sizes):
+            pieces.append((f, 0, into[at:at + n]))
+            at += n
+        ferry.read_batch(pieces).result()
+    finally:
+        for f in files:
+            f.close()
+
+
 def warm(paths, threads=16):
     """Puts the files in the page cache (a parallel read of every byte)."""
     parallel_pread(paths, threads)

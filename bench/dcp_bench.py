@@ -155,14 +155,7 @@ def raw_read(ferry, paths, sizes, raw):
     """Seconds for ferry to read the files whole into ``raw`` (as long as they are together),
     one ``read_batch``: the hot load's ceiling."""
     t0 = time.perf_counter()
-    files = [ferry.File(p) for p in paths]
-    pieces, at = [], 0
-    for f, n in zip(files, sizes):
-        pieces.append((f, 0, raw[at:at + n]))
-        at += n
-    ferry.read_batch(pieces).result()
-    for f in files:
-        f.close()
+    bc.read_whole(ferry, paths, sizes, raw)
     return time.perf_counter() - t0
 
 

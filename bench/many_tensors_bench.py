@@ -50,6 +50,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as bc  # noqa: E402
+
 SHARD_NAME = "model-%05d-of-%05d.safetensors"
 
 
@@ -210,14 +213,7 @@ def loaders(files, folder, a):
         def raw_read():
             # Every byte of every shard in one batch, into one fresh buffer: the ceiling.
             raw = torch.empty(sum(sizes), dtype=torch.uint8, device=a.device)
-            handles = [ferry.File(p) for p in files]
-            pieces, at = [], 0
-            for f, n in zip(handles, sizes):
-                pieces.append((f, 0, raw[at:at + n]))
-                at += n
-            ferry.read_batch(pieces).result()
-            for f in handles:
-                f.close()
+            bc.read_whole(ferry, files, sizes, raw)
             sync()
             return count, raw
 

@@ -369,7 +369,6 @@ class ItemReader:
     def flush(self) -> None:
         """Reads what was added, checks it, copies the staged parts and commits every item."""
         submit_pieces(self.files, self.direct, self.prefetch, self.pending)
-        self.direct = []
         self.prefetched += self.pending.wait(self.files, self.prefetch)
         if self.checker is not None:
             self.checker.run()
