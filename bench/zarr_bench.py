@@ -13,8 +13,16 @@ then reads each whole array into GPU memory with the page cache hot, best of --r
   (c) sharded, --shard shards of --inner zstd inner chunks: ferry.zarr on the GPU vs
       zarr-python's CPU path (LocalStore, numpy result).
 
-The table gives GB/s of array bytes and each ratio next to the bar of issue 16 (0.9x, 3x, 2x,
-5x). A quick run: --size 256M. Needs numpy, cupy, zarr (3.x), numcodecs, google-crc32c,
+  (d) with --tiles, square float32 arrays of about --size bytes (32768 x 32768 at 4G),
+      uncompressed, one per tile size (256K: 256 x 256 chunks ... 16M: 2048 x 2048): ferry.zarr
+      against ferry's raw read of the same chunk files, where every chunk lands in a tile of
+      the result rather than in contiguous bytes;
+  (e) the ceiling of (b): nvCOMP's batched decode (nvidia.nvcomp, one call) of the same zstd
+      chunks already in GPU memory, and the pinned host -> device copy of the compressed
+      bytes; the lower of the two rates is the ceiling the zstd read is held to.
+
+The table gives GB/s of array bytes and each ratio next to its bar (0.9x, 3x, 2x, 5x; 0.9x a
+tile size; 0.85x the zstd ceiling). A quick run: --size 256M. Needs numpy, cupy, zarr (3.x), numcodecs, google-crc32c,
 donfig, nvidia-nvcomp-cu13, ferry (PYTHONPATH=build/python); kvikio is optional.
 
   python3 bench/zarr_bench.py --dir /data/zbench --size 4G --json zarr.json
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -123,6 +132,37 @@ def write_arrays(
     return paths
 
 
+def write_tiles(root: str, size: int, tile: int) -> str:
+    """A square float32 array of about `size` bytes in square chunks of `tile` bytes,
+    uncompressed, written by zarr-python (reused while its parameters match)."""
+    import zarr
+
+    edge = int(math.isqrt(tile // 4))
+    side = max(edge, int(math.isqrt(size // 4)) // edge * edge)
+    path = os.path.join(root, "tiles-%d.zarr" % edge)
+    params = {"side": side, "edge": edge, "zarr": zarr.__version__}
+    marker = os.path.join(root, "tiles-%d.json" % edge)
+    if os.path.exists(marker) and json.loads(Path(marker).read_text()) == params:
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    t0 = time.perf_counter()
+    z = zarr.create_array(
+        store=path, shape=(side, side), dtype="float32", chunks=(edge, edge), compressors=None,
+        fill_value=0,
+    )
+    band = max(edge, (256 << 20) // 4 // side // edge * edge)  # 256 MiB row bands
+
+    def piece(row: int) -> None:
+        rows = min(band, side - row)
+        z[row : row + rows] = make_data(rows * side).reshape(rows, side) + np.float32(row)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(piece, range(0, side, band)))
+    Path(marker).write_text(json.dumps(params))
+    log("zarr_bench: wrote %s (%.1f s)" % (path, time.perf_counter() - t0))
+    return path
+
+
 def chunk_files(path: str) -> list[str]:
     out = []
     for d, _, names in os.walk(os.path.join(path, "c")):
@@ -142,6 +182,63 @@ def best(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
     return min(times)
 
 
+def zstd_ceiling(path: str, nbytes: int, zchunk: int, repeat: int, results: dict[str, Any]) -> float | None:
+    """(e): the rate (GB/s of array bytes) that the zstd array's read cannot pass: the lower of
+    nvCOMP's batched decode of its chunks already in GPU memory (one call, like ferry.zarr's)
+    and the pinned host -> device copy of its compressed bytes. None, with a note, where
+    nvCOMP does not import."""
+    import cupy
+
+    try:
+        from nvidia import nvcomp  # type: ignore[import-not-found]
+    except Exception as e:
+        results["notes"].append("(e) nvidia.nvcomp does not import: %s" % _first_line(e))
+        return None
+    files = chunk_files(path)
+    blobs = [Path(f).read_bytes() for f in files]
+    sizes = [len(b) for b in blobs]
+    offs = np.concatenate(([0], np.cumsum([-(-n // 256) * 256 for n in sizes])[:-1])).astype(int)
+    total = int(offs[-1] + sizes[-1])
+    host = cupy.cuda.alloc_pinned_memory(total)
+    hview = np.frombuffer(host, dtype=np.uint8, count=total)
+    for o, b in zip(offs, blobs):
+        hview[o : o + len(b)] = np.frombuffer(b, dtype=np.uint8)
+    src = cupy.empty(total, dtype=cupy.uint8)
+    chunk_out = zchunk  # every chunk decodes to zchunk bytes but the last, which may be shorter
+    dst = cupy.empty(len(files) * chunk_out, dtype=cupy.uint8)
+    sync = cupy.cuda.runtime.deviceSynchronize
+    stream = cupy.cuda.get_current_stream()
+
+    def copy() -> None:
+        src.set(hview, stream=stream)
+
+    codec = nvcomp.Codec(
+        algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=src.device.id,
+        cuda_stream=stream.ptr,
+    )
+    copy()
+    srcs = nvcomp.as_arrays(src, offs.tolist(), sizes, cuda_stream=stream.ptr)
+    last = nbytes - (len(files) - 1) * chunk_out
+    outs = [chunk_out] * (len(files) - 1) + [last]
+    dsts = nvcomp.as_arrays(
+        dst, (np.arange(len(files)) * chunk_out).tolist(), outs, cuda_stream=stream.ptr
+    )
+
+    def decode() -> None:
+        codec.decode(srcs, out=dsts)
+
+    decode()
+    sync()
+    t_copy = best(copy, repeat, sync)
+    t_decode = best(decode, repeat, sync)
+    results["rows"]["(e) nvCOMP batched decode, chunks in GPU memory"] = {
+        "seconds": t_decode, "GBps": nbytes / t_decode / 1e9}
+    results["rows"]["(e) pinned -> device copy of the compressed bytes"] = {
+        "seconds": t_copy, "GBps": nbytes / t_copy / 1e9}
+    log("zarr_bench: (e) decode %.3f s, copy of %d compressed bytes %.3f s" % (t_decode, total, t_copy))
+    return nbytes / max(t_decode, t_copy) / 1e9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,6 +255,11 @@ def main() -> int:
     )
     ap.add_argument("--shard", default="16M", help="shard size of (c) (default 16M)")
     ap.add_argument("--inner", default="64K", help="inner chunk size of (c) (default 64K)")
+    ap.add_argument(
+        "--tiles",
+        default="",
+        help="(d): chunk sizes of square float32 tiles, comma-separated (e.g. 256K,1M,4M,16M)",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument(
@@ -175,6 +277,7 @@ def main() -> int:
     import ferry
     import ferry.zarr as fz
     import zarr
+    from ferry.zarr import _pipeline as pipeline
 
     versions = {
         "zarr": zarr.__version__,
@@ -213,7 +316,7 @@ def main() -> int:
         "notes": [],
     }
 
-    def run(name: str, fn: Callable[[], Any]) -> float | None:
+    def run(name: str, fn: Callable[[], Any], nbytes: int = nbytes) -> float | None:
         try:
             fn()  # warm: page cache, nvCOMP and kernel set-up, file system metadata
             sync()
@@ -230,6 +333,9 @@ def main() -> int:
         results["rows"][name] = {"seconds": t, "GBps": gbs}
         log("zarr_bench: %-40s %8.3f s %7.2f GB/s" % (name, t, gbs))
         return gbs
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "%.2fx" % (a / b) if a and b else "n/a"
 
     def ferry_read(path: str) -> Callable[[], Any]:
         def go() -> Any:
@@ -329,17 +435,40 @@ def main() -> int:
     r_cz = (
         None if args.skip_cpu else run("(c) zarr CPU sharded", zarr_read(paths["sharded"], False))
     )
-    results["ferry_zarr_stats"] = fz.stats()
+    r_ceil = zstd_ceiling(paths["zstd"], nbytes, zchunk, args.repeat, results) if r_b else None
 
-    def ratio(a: float | None, b: float | None) -> str:
-        return "%.2fx" % (a / b) if a and b else "n/a"
+    tiles = [t for t in args.tiles.split(",") if t]
+    tile_bars = []
+    for t in tiles:
+        path = write_tiles(args.dir, size, parse_size(t))
+        tnbytes = sum(os.path.getsize(f) for f in chunk_files(path))
+        got = cupy.asnumpy(ferry_read(path)()[:1024, :1024])
+        if got.tobytes() != zarr.open_array(store=path, mode="r")[:1024, :1024].tobytes():
+            log("zarr_bench: ferry's read of %s differs from zarr's" % path)
+            return 1
+        raw = run("(d) %s tiles: ferry raw read" % t, raw_read(path), tnbytes)
+        ours = run("(d) %s tiles: ferry.zarr" % t, ferry_read(path), tnbytes)
+        # the same with every whole tile placed by one kernel a group (off by default)
+        pipeline.PLACE_TILES_IN_ONE_KERNEL = True
+        try:
+            fz.reset_stats()
+            one = run("(d) %s tiles: ferry.zarr, tiles placed in one kernel" % t, ferry_read(path),
+                      tnbytes)
+            if one and not fz.stats()["chunks_placed_in_one_kernel"]:
+                results["notes"].append("(d) %s: the one-kernel placement did not run" % t)
+        finally:
+            pipeline.PLACE_TILES_IN_ONE_KERNEL = False
+        tile_bars.append(("(d) %s tiles vs ferry raw read" % t, ratio(ours, raw), 0.9))
+        tile_bars.append(("(d) %s tiles, one kernel, vs ferry raw read" % t, ratio(one, raw), 0.9))
+    results["ferry_zarr_stats"] = fz.stats()
 
     bars = [
         ("(a) uncompressed vs ferry raw read", ratio(r_a, r_raw), 0.9),
         ("(b) zstd vs zarr enable_gpu (CPU decode)", ratio(r_b, r_bz), 3.0),
         ("(b) zstd vs kvikio GDSStore", ratio(r_b, r_bk), 2.0),
         ("(c) sharded vs zarr CPU", ratio(r_c, r_cz), 5.0),
-    ]
+        ("(b) zstd vs its ceiling (e)", ratio(r_b, r_ceil), 0.85),
+    ] + tile_bars
     results["bars"] = [{"what": w, "ratio": r, "bar": b} for w, r, b in bars]
     print(
         "\nZarr -> GPU, %.2f GiB float32, chunks %s, shards %s of %s inner chunks, "

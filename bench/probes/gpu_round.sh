@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU call: build, the tests of what changed, then the probes and benchmarks named in
-# ROUND (default: files moe many_files); PYTESTS names the tests, PYTEST_TIMEOUT (200 s) bounds
+# ROUND (default: files moe many_files; the cases below); PYTESTS names the tests, PYTEST_TIMEOUT (200 s) bounds
 # them. Output in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,6 +9,12 @@ export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
 INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 grep "build:" "$out/build.txt"
 export PYTHONPATH=$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}
+# The peers' wheels where they came along (.whl-bench/, installed here without network).
+if compgen -G ".whl-bench/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-deps --target /tmp/peer-site .whl-bench/*.whl >"$out/peer-install.txt" 2>&1 \
+    || tail -3 "$out/peer-install.txt"
+  export PYTHONPATH=$PYTHONPATH:/tmp/peer-site
+fi
 # The test servers where they came along: nginx unpacked from Debian's packages (.nginx/), moto's
 # S3 server and its modules (.site/site.tar.xz, for the tests' own processes only); then a
 # missing server fails its test instead of skipping it.
@@ -26,12 +32,9 @@ for r in ${ROUND:-files moe many_files}; do
     moe) timeout 200 python3 bench/probes/moe_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 ;;
     # Where the MoE load's wrapping goes, and the load with fewer I/O threads.
     wrap) timeout 150 python3 bench/probes/wrap_probe.py --dir $TMPDIR/moe --device cuda --rounds 5 --threads ${WRAP_THREADS:-8,12} ;;
-    # Issue 39's table on the same checkpoint, InstantTensor swept where its wheel came along
-    # (.whl-bench/, installed here without network).
+    # Issue 39's table on the same checkpoint, InstantTensor swept where its wheel came along.
     moe_bench)
-      it=$(ls .whl-bench/instanttensor-*.whl 2>/dev/null | head -1)
-      [ -n "$it" ] && python3 -m pip install -q --no-deps --target /tmp/it-site "$it" >/dev/null 2>&1
-      PYTHONPATH=$PYTHONPATH:/tmp/it-site timeout 420 python3 bench/many_tensors_bench.py --dir $TMPDIR/moe \
+      timeout 420 python3 bench/many_tensors_bench.py --dir $TMPDIR/moe \
         --tensors 50000 --moe --matrices 64 --device cuda --rounds ${MOE_ROUNDS:-3} --json "$out/moe_bench.json" ;;
     many_files) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 --device cuda | tail -9 ;;
     # 100,000 files, one round: each reader's first call, as a training job's first epoch meets them.
@@ -45,6 +48,17 @@ for r in ${ROUND:-files moe many_files}; do
         --rounds 2 --threads 1,4,16 --only save --json "$out/dcp_save.json" | tail -16 ;;
     # Where ferry.dcp's read_data spends its time per item (cProfile).
     dcp_read) timeout 200 python3 bench/probes/dcp_read_probe.py --size ${DCP_READ_SIZE:-512M} --tensors 512 --device cuda --top 30 ;;
+    # Issue 33's side-by-side runs, each peer swept in the same run: a sharded checkpoint, KvikIO
+    # on a raw file, Zarr, HTTP over loopback (nginx from .nginx/).
+    ckpt_peers) timeout ${CKPT_TIMEOUT:-400} python3 bench/checkpoint_bench.py --dir $TMPDIR/ckpt --size ${CKPT_SIZE:-4.6G} \
+        --repeat 3 --json "$out/checkpoint.json" ${CKPT_ARGS:-} | grep -E '^\||^#' ;;
+    kvikio) timeout ${KVIKIO_TIMEOUT:-400} python3 bench/peers_bench.py --dir $TMPDIR/peers --size ${RAW_SIZE:-8G} \
+        --ferry build-gpu/tools/ferry --json "$out/peers.json" --skip-write --skip-cold --skip-ferry-bench --npy-size 0 \
+        --st-size 0 --only ferry.fromfile,ferry.cli.raw,kvikio.default,kvikio.best,ceiling.copy | grep -E '^\||^#' ;;
+    zarr) timeout ${ZARR_TIMEOUT:-400} python3 bench/zarr_bench.py --dir $TMPDIR/zarr --size ${ZARR_SIZE:-4G} \
+        --json "$out/zarr.json" ${ZARR_ARGS:-} ;;
+    remote) NGINX_ROOT=$PWD/.nginx BUILD=build-gpu SIZE=${REMOTE_SIZE:-8G} WORK=$TMPDIR/remote \
+        timeout ${REMOTE_TIMEOUT:-300} bench/remote_bench.sh ;;
     many_host) timeout 240 python3 bench/many_files_bench.py --dir $TMPDIR/mf --files 20000 --rounds 2 | tail -9 ;;
   esac 2>&1 | tee "$out/$r.txt"
 done

@@ -429,3 +429,24 @@ def test_fromfile_probe_reports_every_round_and_which_ferry(tmp_path):
     assert os.path.isfile(os.path.join(out["ferry"], "__init__.py"))
     missing = run([os.path.join(BENCH, "probes", "fromfile_probe.py"), str(tmp_path / "nope.bin"), "--device", "cpu"])
     assert missing.returncode != 0 and "nope.bin" in missing.stderr
+
+
+def test_zarr_bench_on_the_gpu_sweeps_tiles_and_measures_the_zstd_ceiling(tmp_path):
+    pytest.importorskip("cupy")
+    pytest.importorskip("zarr")
+    import ferry.zarr as fz
+
+    if fz.nvcomp_unavailable_reason():
+        pytest.skip(fz.nvcomp_unavailable_reason())
+    out = tmp_path / "zarr.json"
+    r = run([os.path.join(BENCH, "zarr_bench.py"), "--dir", str(tmp_path / "z"), "--size", "64M",
+             "--chunk", "1M", "--zstd-chunk", "1M", "--shard", "4M", "--inner", "256K", "--repeat", "1",
+             "--skip-cpu", "--tiles", "256K,1M", "--json", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    for name in ("(d) 256K tiles: ferry raw read", "(d) 256K tiles: ferry.zarr", "(d) 1M tiles: ferry.zarr",
+                 "(e) nvCOMP batched decode, chunks in GPU memory",
+                 "(e) pinned -> device copy of the compressed bytes"):
+        assert rows[name]["GBps"] > 0, (name, sorted(rows))
+    assert re.search(r"^\| \(b\) zstd vs its ceiling \(e\) \| \d+\.\d+x \| >= 0\.85x \| (yes|no) \|$", r.stdout, re.M)
+    assert re.search(r"^\| \(d\) 256K tiles vs ferry raw read \| \d+\.\d+x \|", r.stdout, re.M), r.stdout

@@ -5,6 +5,7 @@ Host-memory paths run everywhere; GPU paths skip with the reason where there is 
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import subprocess
@@ -747,3 +748,49 @@ def test_read_only_store_needs_its_root(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         sync(store._open())
     assert isinstance(e.value, ferry.FileError) and "nowhere" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "dtype,shape,chunks,compressed",
+    [
+        ("float32", (1000, 1300), (256, 320), False),  # 16-byte rows; edge chunks partial
+        ("uint8", (61, 45, 30), (7, 13, 11), False),  # rows of 11 bytes, three dimensions
+        ("int16", (300, 200), (64, 40), True),  # decoded by nvCOMP, then placed
+    ],
+)
+@pytest.mark.parametrize("one_kernel", [True, False])
+def test_gpu_whole_chunks_placed_in_one_kernel(
+    tmp_path, cupy, monkeypatch, dtype, shape, chunks, compressed, one_kernel
+):
+    # Chunks that do not fill contiguous bytes of the result (2-D and 3-D tiles) are placed by
+    # one kernel a group (or one by one); partial edge chunks, missing chunks (fill value) and
+    # selections that cut chunks come out as zarr's own read gives them.
+    from ferry.zarr import _pipeline
+
+    monkeypatch.setattr(_pipeline, "PLACE_TILES_IN_ONE_KERNEL", one_kernel)
+    if compressed and fz.nvcomp_unavailable_reason():
+        pytest.skip(fz.nvcomp_unavailable_reason())
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 100, size=shape).astype(dtype)
+    path = tmp_path / "t.zarr"
+    z = zarr.create_array(
+        store=str(path),
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        compressors=ZstdCodec(level=1) if compressed else None,
+        fill_value=5,
+    )
+    z[...] = data
+    os.unlink(path / "c" / "/".join(["1"] * len(shape)))  # a missing chunk reads as 5
+    ref = zarr.open_array(store=str(path), mode="r")
+    cut = tuple(slice(c // 2, n - c // 3) for c, n in zip(chunks, shape))
+    for sel in (Ellipsis, cut):
+        fz.reset_stats()
+        got = _read_ferry_gpu(path, sel)
+        _same(cupy.asnumpy(got), np.asarray(ref[sel]))
+        s = fz.stats()
+        if sel is Ellipsis:  # every chunk not at an edge, but the missing one
+            whole = math.prod(n // c for n, c in zip(shape, chunks)) - 1 if one_kernel else 0
+            assert s["chunks_placed_in_one_kernel"] == whole, s
+        assert s["cpu_fallbacks"] == {}, s

@@ -102,7 +102,8 @@ def stats() -> dict[str, Any]:
     ``encoded_gpu`` / ``encoded_cpu``: the same for writes; ``plans``: batched reads issued;
     ``requests``: byte ranges they read; ``bytes_read``; ``cpu_fallbacks``: reason -> chunks
     read or written for the GPU for which that step (a checksum, a decompression, a
-    compression) ran on the host.
+    compression) ran on the host; ``chunks_placed_in_one_kernel``: decoded whole chunks that
+    one kernel a group copied into a GPU result (the others are copied one at a time).
     """
     with _lock:
         out: dict[str, Any] = {
@@ -116,6 +117,7 @@ def stats() -> dict[str, Any]:
                 "encoded_gpu",
                 "encoded_cpu",
                 "shard_indexes",
+                "chunks_placed_in_one_kernel",
             )
         }
         out["cpu_fallbacks"] = dict(_fallbacks)
@@ -438,6 +440,83 @@ def gather(batch: Batch, stride: int | None, alignment: int = 256) -> Batch:
         o = int(offsets[i])
         out[o : o + int(batch.sizes[i])] = batch.view(i)
     return Batch(out, offsets, batch.sizes.copy(), batch.key_of, batch.on_gpu)
+
+
+_PLACE_SOURCE = r"""
+// Chunks of one shape, packed in `src` (chunk k at k * rows * width), copied to their places in
+// a C-contiguous array: row r of chunk src_chunk[c] lands at dst + dst_off[c] + row_off[r]. One
+// block a row; `wide` (every width, offset and pointer a multiple of 8) copies 8 bytes a thread.
+extern "C" __global__ void ferry_place_rows(
+    const unsigned char* src, const long long* src_chunk, unsigned char* dst,
+    const long long* dst_off, const long long* row_off, long long rows, long long width, int wide) {
+  long long b = blockIdx.x;
+  long long c = b / rows, r = b % rows;
+  const unsigned char* s = src + (src_chunk[c] * rows + r) * width;
+  unsigned char* d = dst + dst_off[c] + row_off[r];
+  if (wide) {
+    const unsigned long long* s8 = (const unsigned long long*)s;
+    unsigned long long* d8 = (unsigned long long*)d;
+    for (long long i = threadIdx.x; i < width / 8; i += blockDim.x) d8[i] = s8[i];
+  } else {
+    for (long long i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
+  }
+}
+"""
+_place_module: Any = None
+
+
+def place_chunks(dense: Any, which: np.ndarray, out: Any, corners: np.ndarray) -> bool:
+    """Copies chunk which[i] of `dense` (CuPy, shape (n, *chunk), C-contiguous) to the region of
+    `out` (CuPy, C-contiguous, same dtype and rank as a chunk) that starts `corners[i]` bytes
+    into it, all chunks in one kernel. False, with nothing copied, where the kernel does not
+    compile here (the caller then copies chunk by chunk)."""
+    import cupy
+
+    n = len(corners)
+    chunk = tuple(int(x) for x in dense.shape[1:])
+    item = int(dense.itemsize)
+    width = chunk[-1] * item
+    rows = int(np.prod(chunk[:-1], dtype=np.int64))
+    if n == 0 or rows == 0 or width == 0:
+        return True
+    if n * rows >= 2**31:  # one block a row: more rows than a grid holds
+        return False
+    # Byte offset of each row of a chunk in `out`: the leading indices times out's strides.
+    strides = [int(x) for x in out.strides[:-1]]
+    row_off = np.zeros(1, dtype=np.int64)
+    for extent, stride in zip(chunk[:-1], strides):
+        row_off = (row_off[:, None] + np.arange(extent, dtype=np.int64) * stride).ravel()
+    corners = np.asarray(corners, dtype=np.int64)
+    wide = (
+        width % 8 == 0
+        and not np.any(corners % 8)
+        and not np.any(row_off % 8)
+        and int(dense.data.ptr) % 8 == 0
+        and int(out.data.ptr) % 8 == 0
+    )
+    global _place_module
+    try:  # a module of its own: the other kernels do not depend on this one compiling
+        if _place_module is None:
+            _place_module = cupy.RawModule(code=_PLACE_SOURCE)
+        fn = _place_module.get_function("ferry_place_rows")
+    except Exception:  # no NVRTC to compile the kernel
+        return False
+    count("chunks_placed_in_one_kernel", n)
+    fn(
+        (n * rows,),
+        (min(256, max(32, (width // 8 if wide else width))),),
+        (
+            dense,
+            cupy.asarray(np.asarray(which, dtype=np.int64)),
+            out,
+            cupy.asarray(corners),
+            cupy.asarray(row_off),
+            np.int64(rows),
+            np.int64(width),
+            np.int32(1 if wide else 0),
+        ),
+    )
+    return True
 
 
 # Codecs whose GPU encoding produced something the host decoder does not read back: reason.

@@ -54,6 +54,11 @@ _MAX_U64 = 2**64 - 1
 # one call in parallel (one 16 MiB zstd frame alone keeps little of a GPU busy).
 GROUP_BYTES = 2 << 30
 
+# Whole chunks that are tiles of a GPU result (not contiguous bytes of it) placed by one kernel
+# a group, where they are otherwise copied one by one. Off until a GPU run of
+# bench/zarr_bench.py --tiles compares the two ways (it runs both); the tests run both.
+PLACE_TILES_IN_ONE_KERNEL = False
+
 _BatchItem = tuple[Any, ArraySpec, "SelectorTuple", "SelectorTuple", bool]
 
 
@@ -189,6 +194,9 @@ class CodecPipeline(BatchedCodecPipeline):
                     decoded[i] = dense[j]
             direct = [r.into is not None and v is not None for r, v in zip(done_reqs, views)]
             K.count("chunks_gpu" if on_gpu else "chunks_cpu", sum(direct))
+            if PLACE_TILES_IN_ONE_KERNEL and on_gpu and present and not drop_axes:
+                for i in _place_whole_chunks(out_arr, group, present, dense):
+                    direct[i] = True
             _place(out, group, decoded, drop_axes, skip=direct)
 
     def _direct_targets(
@@ -551,26 +559,13 @@ def _contiguous_region(
     """(byte offset, bytes) of the region `sel` (unit-step slices, one per dimension) of a
     C-contiguous array of `shape`, when it has the extent `chunk` and is contiguous; else
     None. Contiguous: the dimensions before the first one not taken whole have extent 1."""
-    if not isinstance(sel, tuple) or len(sel) != len(shape):
+    offset = _corner(sel, chunk, shape, strides)
+    if offset is None:
         return None
-    offset = 0
-    nbytes = strides[-1]
-    partial_seen = False
-    for d in range(len(shape) - 1, -1, -1):
-        s = sel[d]
-        if not isinstance(s, slice) or s.step not in (None, 1):
-            return None
-        start, stop, _ = s.indices(shape[d])
-        extent = stop - start
-        if extent != chunk[d]:
-            return None
-        if partial_seen and extent != 1:
-            return None
-        if extent != shape[d]:
-            partial_seen = True
-        offset += start * strides[d]
-        nbytes *= extent
-    return offset, nbytes
+    partial = [d for d in range(len(shape)) if chunk[d] != shape[d]]
+    if partial and any(chunk[d] != 1 for d in range(partial[-1])):
+        return None
+    return offset, strides[-1] * math.prod(chunk)
 
 
 class _HostPlace:
@@ -604,6 +599,60 @@ def _region_view(out_arr: Any, item: _BatchItem) -> Any:
     if tuple(region.shape) != tuple(spec.shape) or not region.flags.c_contiguous:
         return None
     return region.reshape(-1).view(np.uint8)
+
+
+def _place_whole_chunks(
+    out_arr: Any, group: list[_BatchItem], present: list[int], dense: Any
+) -> list[int]:
+    """Places the decoded whole chunks of a group (`dense`, a CuPy array of shape
+    (len(present), *chunk)) into a C-contiguous CuPy `out_arr` in one kernel, and returns the
+    group's indices of the chunks it placed. A chunk at the array's edge (partly selected) and
+    any layout the kernel does not take are left to _place, which copies one chunk at a time
+    (Python and a kernel launch a chunk)."""
+    if (
+        out_arr.dtype != dense.dtype
+        or not out_arr.flags.c_contiguous
+        or not dense.flags.c_contiguous
+        or out_arr.ndim != dense.ndim - 1
+        or out_arr.ndim == 0
+    ):
+        return []
+    chunk = tuple(int(x) for x in dense.shape[1:])
+    shape = tuple(int(x) for x in out_arr.shape)
+    strides = [int(x) for x in out_arr.strides]
+    which: list[int] = []
+    corners: list[int] = []
+    placed: list[int] = []
+    for j, i in enumerate(present):
+        _bg, _spec, _chunk_sel, out_sel, complete = group[i]
+        at = _corner(out_sel, chunk, shape, strides) if complete else None
+        if at is not None:
+            which.append(j)
+            corners.append(at)
+            placed.append(i)
+    if not placed or not K.place_chunks(
+        dense, np.array(which, dtype=np.int64), out_arr, np.array(corners, dtype=np.int64)
+    ):
+        return []
+    return placed
+
+
+def _corner(
+    sel: Any, chunk: tuple[int, ...], shape: tuple[int, ...], strides: list[int]
+) -> int | None:
+    """Byte offset of the region `sel` of an array of `shape` and `strides`, when `sel` is a
+    unit-step slice per dimension with the extents of `chunk`; else None."""
+    if not isinstance(sel, tuple) or len(sel) != len(shape):
+        return None
+    offset = 0
+    for s, c, n, st in zip(sel, chunk, shape, strides):
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            return None
+        start, stop, _ = s.indices(n)
+        if stop - start != c:
+            return None
+        offset += start * st
+    return offset
 
 
 def _groups(
