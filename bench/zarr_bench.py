@@ -9,7 +9,8 @@ then reads each whole array into GPU memory with the page cache hot, best of --r
       same chunk files (every file read into one GPU buffer by parallel ferry requests);
   (b) zstd, --zstd-chunk chunks: ferry.zarr (nvCOMP on the GPU) vs zarr-python with
       zarr.config.enable_gpu() (CPU decode, LocalStore) vs kvikio.zarr.GDSStore when it
-      imports and runs with this zarr (else the reason is printed);
+      imports and runs with this zarr (else the reason is printed), at its defaults and over
+      KvikIO's threads and task sizes (a fresh process each), the ratio against its best;
   (c) sharded, --shard shards of --inner zstd inner chunks: ferry.zarr on the GPU vs
       zarr-python's CPU path (LocalStore, numpy result).
 
@@ -239,6 +240,57 @@ def zstd_ceiling(path: str, nbytes: int, zchunk: int, repeat: int, results: dict
     return nbytes / max(t_decode, t_copy) / 1e9
 
 
+def gds_sweep(path: str, nbytes: int, repeat: int, results: dict[str, Any]) -> tuple[float, str] | None:
+    """KvikIO's GDSStore over its documented knobs (bench/peer_configs.py's KvikIO grid, fewer
+    sizes), each configuration in a fresh process started with KvikIO's environment variables:
+    the best (GB/s, its settings) and a row per configuration; a refused one is a note."""
+    import subprocess
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer_configs as pc
+
+    best: tuple[float, str] | None = None
+    for cfg in pc.kvikio_grid(threads=(16, 64), task_sizes=(4 << 20, 16 << 20), bounce_sizes=(16 << 20,)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KVIKIO_")}
+        env.update(pc.kvikio_env(cfg))
+        label = pc.describe(cfg)
+        r = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--gds-worker", path, "--repeat", str(repeat)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+        if r.returncode:
+            why = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:160]
+            results["notes"].append("(b) kvikio.zarr.GDSStore %s: did not run: %s" % (label, why))
+            continue
+        t = float(r.stdout.split()[-1])
+        name = "(b) kvikio.zarr.GDSStore zstd, %s" % label
+        results["rows"][name] = {"seconds": t, "GBps": nbytes / t / 1e9}
+        log("zarr_bench: %-40s %8.3f s %7.2f GB/s" % (name, t, nbytes / t / 1e9))
+        if best is None or nbytes / t / 1e9 > best[0]:
+            best = (nbytes / t / 1e9, label)
+    if best is not None:
+        results["notes"].append("(b) KvikIO's GDSStore at its best: %s (%.2f GB/s)" % (best[1], best[0]))
+    return best
+
+
+def gds_worker(path: str, repeat: int) -> int:
+    """One configuration of the sweep above: the best of `repeat` reads, in seconds."""
+    import cupy
+    import zarr
+    from kvikio.zarr import GDSStore  # type: ignore[import-not-found]
+
+    sync = cupy.cuda.runtime.deviceSynchronize
+    store = GDSStore(path)
+
+    def go() -> Any:
+        with zarr.config.enable_gpu():
+            return zarr.open_array(store=store, mode="r")[...]
+
+    go()
+    print("%.6f" % best(go, repeat, sync))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -265,7 +317,10 @@ def main() -> int:
     ap.add_argument(
         "--skip-cpu", action="store_true", help="leave out zarr-python's CPU reads (slow)"
     )
+    ap.add_argument("--gds-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.gds_worker:
+        return gds_worker(args.gds_worker, args.repeat)
     size, chunk = parse_size(args.size), parse_size(args.chunk)
     zchunk = parse_size(args.zstd_chunk)
     shard, inner = parse_size(args.shard), parse_size(args.inner)
@@ -427,10 +482,15 @@ def main() -> int:
             results["notes"].append(note)
         else:
             r_bk = run(
-                "(b) kvikio.zarr.GDSStore zstd (%s)" % kv, zarr_read(paths["zstd"], True, gds_store)
+                "(b) kvikio.zarr.GDSStore zstd, its defaults (%s)" % kv,
+                zarr_read(paths["zstd"], True, gds_store),
             )
             if r_bk is None:
                 results["notes"].append("(b) kvikio.zarr.GDSStore did not run with %s (above)" % kv)
+            else:
+                best_cfg = gds_sweep(paths["zstd"], nbytes, args.repeat, results)
+                if best_cfg is not None and best_cfg[0] > r_bk:
+                    r_bk = best_cfg[0]
     r_c = run("(c) ferry.zarr sharded (GPU decode)", ferry_read(paths["sharded"]))
     r_cz = (
         None if args.skip_cpu else run("(c) zarr CPU sharded", zarr_read(paths["sharded"], False))
@@ -465,7 +525,7 @@ def main() -> int:
     bars = [
         ("(a) uncompressed vs ferry raw read", ratio(r_a, r_raw), 0.9),
         ("(b) zstd vs zarr enable_gpu (CPU decode)", ratio(r_b, r_bz), 3.0),
-        ("(b) zstd vs kvikio GDSStore", ratio(r_b, r_bk), 2.0),
+        ("(b) zstd vs kvikio GDSStore at its best", ratio(r_b, r_bk), 2.0),
         ("(c) sharded vs zarr CPU", ratio(r_c, r_cz), 5.0),
         ("(b) zstd vs its ceiling (e)", ratio(r_b, r_ceil), 0.85),
     ] + tile_bars
