@@ -222,8 +222,17 @@ void bind_file(nb::module_& m) {
             [](py_file* self, const std::filesystem::path& path, const std::string& mode) {
                 open_mode om = parse_mode(mode);
                 std::string p = path.string();
-                // Opening a URL is a round trip, retried against a server that is down.
-                std::unique_ptr<file> f = interruptible([&] { return std::make_unique<file>(p, om); });
+                // Opening a URL is a round trip, retried against a server that is down: Ctrl-C
+                // stops it, through a thread of its own. A local open is one system call that no
+                // stop request cuts short, so it runs here, without the GIL: a thread an open
+                // cost more than the open (a store of 16,384 Zarr chunks opens each of them).
+                std::unique_ptr<file> f;
+                if (p.find("://") != std::string::npos) {
+                    f = interruptible([&] { return std::make_unique<file>(p, om); });
+                } else {
+                    nb::gil_scoped_release nogil;
+                    f = std::make_unique<file>(p, om);
+                }
                 new (self) py_file{std::move(f), p, mode};
             },
             "path"_a, "mode"_a = "r")
