@@ -450,3 +450,11 @@ def test_zarr_bench_on_the_gpu_sweeps_tiles_and_measures_the_zstd_ceiling(tmp_pa
         assert rows[name]["GBps"] > 0, (name, sorted(rows))
     assert re.search(r"^\| \(b\) zstd vs its ceiling \(e\) \| \d+\.\d+x \| >= 0\.85x \| (yes|no) \|$", r.stdout, re.M)
     assert re.search(r"^\| \(d\) 256K tiles vs ferry raw read \| \d+\.\d+x \|", r.stdout, re.M), r.stdout
+
+
+def test_file_open_probe_times_opens_on_both_threads_and_the_batch(tmp_path):
+    probe = os.path.join(BENCH, "probes", "file_open_probe.py")
+    r = run([probe, "--dir", str(tmp_path), "--files", "64", "--size", "4K", "--rounds", "2"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    for what in ("open and close, main thread", "open and close, another thread", "read_batch of every file"):
+        assert re.search(r"^\| %s[^|]* \| \d+\.\d \d+\.\d \|$" % re.escape(what), r.stdout, re.M), r.stdout
