@@ -9,7 +9,8 @@ export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
 INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 grep "build:" "$out/build.txt"
 export PYTHONPATH=$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}
-# The peers' wheels where they came along (.whl-bench/, installed here without network).
+# The peers' wheels where they came along (.whl-bench/, filled by bench/fetch_peers.sh where
+# there is network, installed here without it).
 if compgen -G ".whl-bench/*.whl" >/dev/null; then
   python3 -m pip install -q --no-deps --target /tmp/peer-site .whl-bench/*.whl >"$out/peer-install.txt" 2>&1 \
     || tail -3 "$out/peer-install.txt"
@@ -49,7 +50,7 @@ for r in ${ROUND:-files moe many_files}; do
     # Where ferry.dcp's read_data spends its time per item (cProfile).
     dcp_read) timeout 200 python3 bench/probes/dcp_read_probe.py --size ${DCP_READ_SIZE:-512M} --tensors 512 --device cuda --top 30 ;;
     # Issue 33's side-by-side runs, each peer swept in the same run: a sharded checkpoint, KvikIO
-    # on a raw file, Zarr, HTTP over loopback (nginx from .nginx/).
+    # on a raw file, Zarr, HTTP over loopback (nginx from .nginx/, also bench/fetch_peers.sh's).
     ckpt_peers) timeout ${CKPT_TIMEOUT:-400} python3 bench/checkpoint_bench.py --dir $TMPDIR/ckpt --size ${CKPT_SIZE:-4.6G} \
         --repeat 3 --json "$out/checkpoint.json" ${CKPT_ARGS:-} | grep -E '^\||^#' ;;
     kvikio) timeout ${KVIKIO_TIMEOUT:-400} python3 bench/peers_bench.py --dir $TMPDIR/peers --size ${RAW_SIZE:-8G} \
