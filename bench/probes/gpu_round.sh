@@ -6,7 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/gpu-round-out}; mkdir -p "$out"
 export TMPDIR=/root/ferry-tmp; mkdir -p $TMPDIR
-INTO_ONLY=none BUILD_TARGETS="ferry_cli ferry_python ferry_tests" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
+targets="ferry_cli ferry_python ferry_tests"
+[[ " ${ROUND:-} " == *" remote "* ]] && targets="$targets ferry_remote_bench"
+INTO_ONLY=none BUILD_TARGETS="$targets" scripts/gpu-check.sh into >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 grep "build:" "$out/build.txt"
 export PYTHONPATH=$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}
 # The peers' wheels where they came along (.whl-bench/, filled by bench/fetch_peers.sh where
