@@ -97,6 +97,17 @@ def kvikio_env(cfg):
             "KVIKIO_BOUNCE_BUFFER_SIZE": str(cfg["bounce_buffer_size"])}
 
 
+def kvikio_environment(cfg=None, base=None):
+    """The environment of a process that runs KvikIO in configuration `cfg` (None: its defaults,
+    whatever the caller's environment says): `base` (os.environ) without KvikIO's variables,
+    plus cfg's."""
+    import os
+
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("KVIKIO_")}
+    env.update(kvikio_env(cfg) if cfg else {})
+    return env
+
+
 def instanttensor_backend(it, name):
     return it.BackendPolicy.BUFFERED if name == "BackendPolicy.BUFFERED" else getattr(it.Backend, name)
 

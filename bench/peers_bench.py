@@ -574,8 +574,7 @@ def run_reader(a, rid, f, cold, cfg=None, repeat=None):
         return dict(row, **run_cli(a, f, kind, cold))
     env = dict(os.environ, **env_extra)
     if rid.startswith("kvikio."):  # its defaults are its own, whatever the caller's environment says
-        env = {k: v for k, v in env.items() if not k.startswith("KVIKIO_")}
-        env.update(pc.kvikio_env(cfg) if cfg else {})
+        env = pc.kvikio_environment(cfg, env)
     if not cold:
         bc.warm([f["path"]], a.threads)
     repeat = repeat or (a.cold_repeat if cold else a.repeat)

@@ -155,28 +155,20 @@ for _ in range(repeat):
     f.close()
 print("%.3f" % best)
 """
-def run(env, label):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("KVIKIO_")}
-    e.update(env)
-    r = subprocess.run([sys.executable, "-c", one, url, str(n), str(repeat)], env=e,
-                       capture_output=True, text=True, timeout=600)
+def run(cfg):
+    r = subprocess.run([sys.executable, "-c", one, url, str(n), str(repeat)],
+                       env=pc.kvikio_environment(cfg), capture_output=True, text=True, timeout=600)
     if r.returncode:
-        why = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:160]
-        print("kvikio %s: failed: %s" % (label, why), file=sys.stderr)
-        return None
-    g = float(r.stdout.split()[-1])
-    print("kvikio %s: %.2f GB/s" % (label, g), file=sys.stderr)
-    return g
-default = run({}, "defaults")
-rows = []
-for cfg in pc.kvikio_grid(threads=tuple(int(t) for t in threads if int(t) > 1)):
-    g = run(pc.kvikio_env(cfg), pc.describe(cfg))
-    if g is not None:
-        rows.append((g, pc.describe(cfg)))
-print("DEFAULT %s" % ("%.3f" % default if default is not None else ""))
-if rows:
-    g, label = max(rows)
-    print("RESULT %.3f %s" % (g, label))
+        return {"skipped": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
+    return {"seconds": n / 1e9 / float(r.stdout.split()[-1]), "gbps": float(r.stdout.split()[-1])}
+rows = pc.sweep([{}] + pc.kvikio_grid(threads=tuple(int(t) for t in threads if int(t) > 1)), run)
+for row in rows:
+    print("kvikio %s: %s" % (row["label"], "%.2f GB/s" % row["gbps"] if "gbps" in row else
+                             "failed: " + row["failed"]), file=sys.stderr)
+print("DEFAULT %s" % ("%.3f" % rows[0]["gbps"] if "gbps" in rows[0] else ""))
+top = pc.best_of(rows[1:])
+if top:
+    print("RESULT %.3f %s" % (top["gbps"], top["label"]))
 PY
 )
   kvikio_default=$(echo "$out" | awk '/^DEFAULT/ {print $2}')

@@ -250,28 +250,30 @@ def gds_sweep(path: str, nbytes: int, repeat: int, results: dict[str, Any]) -> t
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import peer_configs as pc
 
-    best: tuple[float, str] | None = None
-    for cfg in pc.kvikio_grid(threads=(16, 64), task_sizes=(4 << 20, 16 << 20), bounce_sizes=(16 << 20,)):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KVIKIO_")}
-        env.update(pc.kvikio_env(cfg))
-        label = pc.describe(cfg)
+    def measure(cfg: dict[str, Any]) -> dict[str, Any]:
         r = subprocess.run(
             [sys.executable, os.path.abspath(__file__), "--gds-worker", path, "--repeat", str(repeat)],
-            env=env, capture_output=True, text=True, timeout=600,
+            env=pc.kvikio_environment(cfg), capture_output=True, text=True, timeout=600,
         )
         if r.returncode:
-            why = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:160]
-            results["notes"].append("(b) kvikio.zarr.GDSStore %s: did not run: %s" % (label, why))
+            return {"skipped": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
+        return {"seconds": float(r.stdout.split()[-1])}
+
+    grid = pc.kvikio_grid(threads=(16, 64), task_sizes=(4 << 20, 16 << 20), bounce_sizes=(16 << 20,))
+    rows = pc.sweep(grid, measure)
+    for row in rows:
+        if "failed" in row:
+            results["notes"].append("(b) kvikio.zarr.GDSStore %s: did not run: %s" % (row["label"], row["failed"]))
             continue
-        t = float(r.stdout.split()[-1])
-        name = "(b) kvikio.zarr.GDSStore zstd, %s" % label
-        results["rows"][name] = {"seconds": t, "GBps": nbytes / t / 1e9}
-        log("zarr_bench: %-40s %8.3f s %7.2f GB/s" % (name, t, nbytes / t / 1e9))
-        if best is None or nbytes / t / 1e9 > best[0]:
-            best = (nbytes / t / 1e9, label)
-    if best is not None:
-        results["notes"].append("(b) KvikIO's GDSStore at its best: %s (%.2f GB/s)" % (best[1], best[0]))
-    return best
+        name = "(b) kvikio.zarr.GDSStore zstd, %s" % row["label"]
+        results["rows"][name] = {"seconds": row["seconds"], "GBps": nbytes / row["seconds"] / 1e9}
+        log("zarr_bench: %-40s %8.3f s %7.2f GB/s" % (name, row["seconds"], nbytes / row["seconds"] / 1e9))
+    top = pc.best_of(rows)
+    if top is None:
+        return None
+    gbps = nbytes / top["seconds"] / 1e9
+    results["notes"].append("(b) KvikIO's GDSStore at its best: %s (%.2f GB/s)" % (top["label"], gbps))
+    return gbps, top["label"]
 
 
 def gds_worker(path: str, repeat: int) -> int:
