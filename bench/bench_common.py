@@ -103,14 +103,15 @@ def parallel_pread(paths, threads=16, chunk=4 << 20, into=None):
     return sum(done)
 
 
-def read_whole(ferry, paths, sizes, into):
+def read_whole(ferry, paths, sizes, into, wrap=lambda view: view):
     """ferry's read of the files whole, one after the other in ``into`` (a buffer of at least
-    the sum of ``sizes``, host or GPU), in one ``read_batch``: the ceiling of a load of them."""
+    the sum of ``sizes``, host or GPU), in one ``read_batch``: the ceiling of a load of them.
+    ``wrap`` offers each file's view of ``into`` to ferry (as it stands by default)."""
     files = [ferry.File(p) for p in paths]
     try:
         pieces, at = [], 0
         for f, n in zip(files, sizes):
-            pieces.append((f, 0, into[at:at + n]))
+            pieces.append((f, 0, wrap(into[at:at + n])))
             at += n
         ferry.read_batch(pieces).result()
     finally:

@@ -46,6 +46,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as bc  # noqa: E402
+
 
 def parse_size(text: str) -> int:
     """'4G', '256M', '64KiB', '1048576' -> bytes."""
@@ -247,7 +250,6 @@ def gds_sweep(path: str, nbytes: int, repeat: int, results: dict[str, Any]) -> t
     the best (GB/s, its settings) and a row per configuration; a refused one is a note."""
     import subprocess
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import peer_configs as pc
 
     def measure(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -336,6 +338,7 @@ def main() -> int:
     import ferry.zarr as fz
     import zarr
     from ferry.zarr import _pipeline as pipeline
+    from ferry.zarr._store import _Unordered as Unordered
 
     versions = {
         "zarr": zarr.__version__,
@@ -411,21 +414,6 @@ def main() -> int:
 
         return go
 
-    class Unordered:
-        """A GPU view offered through the CUDA array interface with no stream, so that ferry
-        reads it on its parallel path (as ferry.zarr's store does)."""
-
-        def __init__(self, view: Any) -> None:
-            self.view = view
-            self.__cuda_array_interface__ = {
-                "shape": (int(view.size),),
-                "typestr": "|u1",
-                "version": 3,
-                "data": (int(view.data.ptr), False),
-                "strides": None,
-                "stream": None,
-            }
-
     def raw_read(path: str) -> Callable[[], Any]:
         files = chunk_files(path)
         sizes = [os.path.getsize(f) for f in files]
@@ -434,14 +422,9 @@ def main() -> int:
             buf = cupy.empty(sum(sizes), dtype=cupy.uint8)
             sync()
             # ferry's fastest read of many files: one batch (as ferry.zarr's store reads).
-            handles = [ferry.File(f) for f in files]
-            pieces, off = [], 0
-            for h, n in zip(handles, sizes):
-                pieces.append((h, 0, Unordered(buf[off : off + n])))
-                off += n
-            ferry.read_batch(pieces).result()
-            for h in handles:
-                h.close()
+            # (A GPU view offered with no stream, so that ferry reads it on its parallel path,
+            # as the store's own reads do.)
+            bc.read_whole(ferry, files, sizes, buf, wrap=Unordered)
             return buf
 
         return go

@@ -22,6 +22,9 @@ size = int(a.size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[a.size[-1].upper()] if a.
 
 import ferry  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import bench_common as bc  # noqa: E402
+
 os.makedirs(a.dir, exist_ok=True)
 files = [os.path.join(a.dir, "f%06d" % i) for i in range(a.files)]
 payload = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes()
@@ -44,10 +47,7 @@ def opens():
 def read_all():
     buf = np.empty(size * len(files), np.uint8)
     t = time.perf_counter()
-    handles = [ferry.File(p) for p in files]
-    ferry.read_batch([(h, 0, buf[i * size:(i + 1) * size]) for i, h in enumerate(handles)]).result()
-    for h in handles:
-        h.close()
+    bc.read_whole(ferry, files, [size] * len(files), buf)
     return (time.perf_counter() - t) * 1e3
 
 
